@@ -1,0 +1,18 @@
+# The project's commands. `make setup` installs everything; `make test` runs the whole suite.
+SHELL := /bin/bash
+PY := .venv/bin/python
+# The Pulumi CLI, language host and Kubernetes provider that `make setup` built or found.
+TOOLCHAIN_PATH = $$(toolchain/build.sh --bin-dir):$$PATH
+STACK ?= dev
+
+.PHONY: setup test bench preview-diff
+
+setup:
+	scripts/setup.sh
+
+test:
+	PATH="$(TOOLCHAIN_PATH)" $(PY) -m pytest
+
+bench:
+	$(PY) bench/bench_program.py
+	$(PY) bench/bench_trainer.py

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs everything the project needs on a fresh machine, idempotently:
+#   1. a Python virtualenv with requirements-dev.txt (torch included), kept in the cache and
+#      linked as .venv, so a new clone of the repository reuses it instead of downloading torch again;
+#   2. the Pulumi CLI, its Python language host and the Kubernetes provider, built from Go modules
+#      (toolchain/build.sh), unless a matching Pulumi CLI is already installed.
+# The cache lives outside the repository: $DDP_INFRA_CACHE, default ~/.cache/ddp-infra.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cache=${DDP_INFRA_CACHE:-$HOME/.cache/ddp-infra}
+mkdir -p "$cache"
+
+python=${PYTHON:-python3}
+# The venv is keyed on the pinned requirements and the interpreter: a change to either builds a new one.
+key=$( { cat "$root/requirements.txt" "$root/trainer/requirements.txt" "$root/requirements-dev.txt"; "$python" -VV; } | sha256sum | cut -c1-16)
+venv="$cache/venv-$key"
+if [ ! -f "$venv/.complete" ]; then
+  echo "[setup] creating $venv"
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet -r "$root/requirements-dev.txt"
+  touch "$venv/.complete"
+else
+  echo "[setup] virtualenv up to date: $venv"
+fi
+ln -sfn "$venv" "$root/.venv"
+
+"$root/toolchain/build.sh"
+echo "[setup] done"

@@ -1,0 +1,144 @@
+"""The env contract between the Pulumi program (ddp_infra) and the training image (trainer).
+
+This module is the one place where the names of the environment variables a training pod
+receives are written down. The Pulumi program imports it to build the pod env; the image's
+entrypoint imports it to read that env. It uses the standard library only, so the image
+needs nothing from the infrastructure side and the infrastructure nothing from torch.
+
+Meanings (one meaning each, everywhere):
+- a *node* is one pod; NNODES is the number of pods of the workload;
+- NPROC_PER_NODE is the number of training processes torchrun starts in each pod
+  (one per GPU on a GPU pod);
+- WORLD_SIZE is the number of training processes in the whole job,
+  NNODES x NPROC_PER_NODE (the same meaning torch.distributed gives it);
+- NODE_RANK is the pod's index, 0 .. NNODES-1. A process's global RANK is set by torchrun,
+  never by the pod env, so the two cannot be confused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Kubernetes puts a StatefulSet pod's ordinal in this label (1.28+) and an Indexed Job pod's
+# completion index in this annotation and in the JOB_COMPLETION_INDEX variable.
+POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+# The container paths of the three volumes.
+DATA_MOUNT = "/data"
+OUT_MOUNT = "/out"
+MODELS_MOUNT = "/models"
+SHM_MOUNT = "/dev/shm"
+
+# Workload kinds, as WORKLOAD_KIND carries them.
+STATEFULSET = "statefulset"
+INDEXED_JOB = "job"
+WORKLOAD_KINDS = (STATEFULSET, INDEXED_JOB)
+
+# Rendezvous backends torchrun accepts, as RDZV_BACKEND carries them.
+RDZV_BACKENDS = ("c10d", "static", "etcd-v2")
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    meaning: str
+    required: bool = True  # the entrypoint refuses to start without it
+
+
+# --- the world's shape -------------------------------------------------------------------
+NNODES = EnvVar("NNODES", "number of pods in the job")
+NPROC_PER_NODE = EnvVar("NPROC_PER_NODE", "training processes per pod (GPUs per pod on GPU nodes)")
+WORLD_SIZE = EnvVar("WORLD_SIZE", "training processes in the job: NNODES x NPROC_PER_NODE")
+NODE_RANK = EnvVar(
+    "NODE_RANK",
+    f"the pod's index, from the {POD_INDEX_LABEL} label (StatefulSet) or the completion index "
+    "(Indexed Job); may be empty on clusters without the label, then the hostname ordinal is used",
+    required=False,
+)
+
+# --- rendezvous ----------------------------------------------------------------------------
+MASTER_ADDR = EnvVar("MASTER_ADDR", "DNS name of pod 0: <workload>-0.<service>.<namespace>.svc.cluster.local")
+MASTER_PORT = EnvVar("MASTER_PORT", "rendezvous / TCPStore port on pod 0")
+RDZV_BACKEND = EnvVar("RDZV_BACKEND", f"torchrun rendezvous backend, one of {', '.join(RDZV_BACKENDS)}")
+RDZV_ID = EnvVar("RDZV_ID", "rendezvous id unique to the stack, so two jobs never join each other")
+RDZV_ENDPOINT = EnvVar(
+    "RDZV_ENDPOINT", "host:port of the rendezvous store; defaults to MASTER_ADDR:MASTER_PORT", required=False
+)
+RDZV_JOIN_TIMEOUT = EnvVar("RDZV_JOIN_TIMEOUT", "seconds torchrun waits for the whole world to join")
+RDZV_READ_TIMEOUT = EnvVar("RDZV_READ_TIMEOUT", "seconds a c10d store read may take", required=False)
+RDZV_LAST_CALL_TIMEOUT = EnvVar(
+    "RDZV_LAST_CALL_TIMEOUT", "seconds to wait for late joiners once the minimum is reached", required=False
+)
+RDZV_CLOSE_TIMEOUT = EnvVar("RDZV_CLOSE_TIMEOUT", "seconds to wait for the rendezvous to close", required=False)
+MAX_RESTARTS = EnvVar("MAX_RESTARTS", "torchrun --max-restarts: restarts of the whole world before giving up")
+MASTER_WAIT_TIMEOUT = EnvVar(
+    "MASTER_WAIT_TIMEOUT", "seconds the preflight waits for pod 0's DNS name and port", required=False
+)
+
+# --- the pod's identity (downward API) -----------------------------------------------------
+POD_NAME = EnvVar("POD_NAME", "metadata.name of the pod")
+POD_NAMESPACE = EnvVar("POD_NAMESPACE", "metadata.namespace of the pod")
+SVC_NAME = EnvVar("SVC_NAME", "name of the headless rendezvous Service")
+WORKLOAD_KIND = EnvVar("WORKLOAD_KIND", f"which workload runs the pods: {' or '.join(WORKLOAD_KINDS)}")
+WORKLOAD_NAME = EnvVar("WORKLOAD_NAME", "name of the StatefulSet or Job")
+
+# --- outputs and resources -----------------------------------------------------------------
+RUN_NAME = EnvVar("RUN_NAME", "run directory under /out; stable across restarts so a restart resumes")
+DATA_DIR = EnvVar("DATA_DIR", "where datasets are mounted", required=False)
+OUT_DIR = EnvVar("OUT_DIR", "where outputs and checkpoints are written", required=False)
+MODELS_DIR = EnvVar("MODELS_DIR", "where local models are mounted (optional volume)", required=False)
+SHM_SIZE_BYTES = EnvVar("SHM_SIZE_BYTES", "size of the memory-backed /dev/shm the pod was given", required=False)
+GPUS_PER_NODE = EnvVar("GPUS_PER_NODE", "nvidia.com/gpu the pod asked for; 0 on CPU pods", required=False)
+
+# --- network -------------------------------------------------------------------------------
+NCCL_SOCKET_IFNAME = EnvVar("NCCL_SOCKET_IFNAME", "interface NCCL binds; chosen by the preflight if unset", required=False)
+GLOO_SOCKET_IFNAME = EnvVar("GLOO_SOCKET_IFNAME", "interface Gloo binds; chosen by the preflight if unset", required=False)
+NCCL_IB_DISABLE = EnvVar("NCCL_IB_DISABLE", "1 turns InfiniBand off", required=False)
+NCCL_DEBUG = EnvVar("NCCL_DEBUG", "NCCL log level", required=False)
+TORCH_NCCL_ASYNC_ERROR_HANDLING = EnvVar(
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1: a failed collective aborts instead of hanging", required=False
+)
+
+# --- secrets -------------------------------------------------------------------------------
+HF_TOKEN = EnvVar("HF_TOKEN", "Hugging Face token, from the Secret (optional)", required=False)
+HUGGINGFACE_HUB_TOKEN = EnvVar("HUGGINGFACE_HUB_TOKEN", "the same token under its older name", required=False)
+
+# --- torchrun's own variables (PET_<FLAG>), mirrored so a plain `torchrun script.py` works --
+PET_NNODES = EnvVar("PET_NNODES", "= NNODES")
+PET_NPROC_PER_NODE = EnvVar("PET_NPROC_PER_NODE", "= NPROC_PER_NODE")
+PET_NODE_RANK = EnvVar("PET_NODE_RANK", "= NODE_RANK", required=False)
+PET_MASTER_ADDR = EnvVar("PET_MASTER_ADDR", "= MASTER_ADDR")
+PET_MASTER_PORT = EnvVar("PET_MASTER_PORT", "= MASTER_PORT")
+PET_RDZV_BACKEND = EnvVar("PET_RDZV_BACKEND", "= RDZV_BACKEND")
+PET_RDZV_ENDPOINT = EnvVar("PET_RDZV_ENDPOINT", "= MASTER_ADDR:MASTER_PORT")
+PET_RDZV_ID = EnvVar("PET_RDZV_ID", "= RDZV_ID")
+PET_MAX_RESTARTS = EnvVar("PET_MAX_RESTARTS", "= MAX_RESTARTS")
+
+# Every variable the pod env carries, in the order the Pulumi program emits them.
+ALL: tuple[EnvVar, ...] = tuple(v for v in globals().values() if isinstance(v, EnvVar))
+REQUIRED: tuple[str, ...] = tuple(v.name for v in ALL if v.required)
+
+# The torchrun mirrors: each PET_ variable must equal the variable it mirrors.
+PET_MIRRORS: dict[str, str] = {
+    PET_NNODES.name: NNODES.name,
+    PET_NPROC_PER_NODE.name: NPROC_PER_NODE.name,
+    PET_NODE_RANK.name: NODE_RANK.name,
+    PET_MASTER_ADDR.name: MASTER_ADDR.name,
+    PET_MASTER_PORT.name: MASTER_PORT.name,
+    PET_RDZV_BACKEND.name: RDZV_BACKEND.name,
+    PET_RDZV_ID.name: RDZV_ID.name,
+    PET_MAX_RESTARTS.name: MAX_RESTARTS.name,
+}
+
+# The variables of seed guide 000's platform, which the entrypoint also accepts when the pod
+# was not made by this program (POD_NUMS is the number of pods, POD_PORT the master port).
+LEGACY_POD_NUMS = "POD_NUMS"
+LEGACY_POD_PORT = "POD_PORT"
+LEGACY_JOB_NAME = "JOB_NAME"
+JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes in every Indexed Job pod
+
+
+def master_dns_name(workload_name: str, service_name: str, namespace: str) -> str:
+    """Pod 0's stable DNS name behind the headless Service."""
+    return f"{workload_name}-0.{service_name}.{namespace}.svc.cluster.local"
