@@ -16,3 +16,7 @@ test:
 bench:
 	$(PY) bench/bench_program.py
 	$(PY) bench/bench_trainer.py
+
+# The markdown that CI posts on a pull request for STACK (default dev), on stdout.
+preview-diff:
+	@PATH="$(TOOLCHAIN_PATH)" $(PY) scripts/preview_diff.py --stack $(STACK)
