@@ -1,0 +1,83 @@
+"""The process group of one training process, as torchrun describes it in the env."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init(device_choice: str, timeout_s: float) -> Dist:
+    """Join the process group torchrun prepared; a plain `python -m trainer.train` is a world of one."""
+    use_cuda = device_choice == "cuda" or (device_choice == "auto" and torch.cuda.is_available())
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    backend = "nccl" if use_cuda else "gloo"
+    timeout = timedelta(seconds=timeout_s)
+    if "RANK" in os.environ:
+        dist.init_process_group(backend, timeout=timeout, device_id=device if use_cuda else None)
+    else:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device)
+
+
+def sum_across(d: Dist, values: list[float]) -> list[float]:
+    """One small all-reduce carrying several numbers (losses, counts, the stop flag) at once."""
+    tensor = torch.tensor(values, dtype=torch.float64, device=d.device)
+    dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def main_decides(d: Dist, value: Any) -> Any:
+    """Rank 0's `value` on every rank, so all ranks act on one decision."""
+    data = pickle.dumps(value) if d.is_main else b""
+    size = torch.tensor([len(data)], dtype=torch.int64, device=d.device)
+    dist.broadcast(size, src=0)
+    buffer = _to_tensor(data, int(size.item()), d.device)
+    dist.broadcast(buffer, src=0)
+    return pickle.loads(_to_bytes(buffer))
+
+
+def gather_to_all(d: Dist, value: Any) -> list[Any]:
+    """Every rank's `value`, in rank order, on every rank."""
+    # torch's *_object collectives need numpy, which the image does not carry: pickle into bytes here
+    data = pickle.dumps(value)
+    sizes = [torch.zeros(1, dtype=torch.int64, device=d.device) for _ in range(d.world_size)]
+    dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64, device=d.device))
+    longest = max(int(s.item()) for s in sizes)
+    buffers = [torch.zeros(longest, dtype=torch.uint8, device=d.device) for _ in range(d.world_size)]
+    dist.all_gather(buffers, _to_tensor(data, longest, d.device))
+    return [pickle.loads(_to_bytes(b[: int(s.item())])) for b, s in zip(buffers, sizes)]
+
+
+def _to_tensor(data: bytes, length: int, device: torch.device) -> torch.Tensor:
+    padded = bytearray(data.ljust(length, b"\0"))
+    return torch.frombuffer(padded, dtype=torch.uint8).to(device) if length else torch.zeros(0, dtype=torch.uint8, device=device)
+
+
+def _to_bytes(tensor: torch.Tensor) -> bytes:
+    return bytes(tensor.cpu().tolist())
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

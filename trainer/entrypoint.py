@@ -1,0 +1,48 @@
+"""The container's entrypoint: pod env -> checked world -> preflight -> exec torchrun.
+
+Usage (the container command): python -m trainer.entrypoint <what you would write after torchrun>
+e.g. python -m trainer.entrypoint -m trainer.train smoke --epochs 2
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import sys
+from typing import Sequence
+
+from trainer.launch import ArgsError, torchrun_argv
+from trainer.preflight import FAIL, preflight
+from trainer.world import World, WorldError, resolve_world
+
+__all__ = ["World", "WorldError", "resolve_world", "torchrun_argv", "main"]
+
+EXIT_BAD_ENV = 2
+EXIT_PREFLIGHT_FAILED = 3
+
+
+def main(user_args: Sequence[str]) -> int:
+    env = dict(os.environ)
+    try:
+        world = resolve_world(env, socket.gethostname())
+        argv = torchrun_argv(world, user_args)
+    except (WorldError, ArgsError) as exc:
+        print(f"[DDP] cannot start: {exc}", file=sys.stderr, flush=True)
+        return EXIT_BAD_ENV
+    print(world.summary(), flush=True)
+    checks, settings = preflight(world, env, world.master_wait_timeout)
+    for check in checks:
+        print(check.line(), flush=True)
+    failed = [check.name for check in checks if check.status == FAIL]
+    if failed:
+        print(f"[PREFLIGHT] not starting torchrun: {', '.join(failed)} failed (see the 'next:' lines above)",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return EXIT_PREFLIGHT_FAILED
+    print(f"[DDP] exec {shlex.join(argv)}", flush=True)
+    # exec, so torchrun is the process Kubernetes signals and its exit status is the container's
+    os.execve(argv[0], argv, {**env, **settings})
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

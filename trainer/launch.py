@@ -1,0 +1,79 @@
+"""The torchrun command line for a resolved World. Pure: no I/O, no torch."""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from trainer.world import World
+
+# torchrun options that shape the world: the entrypoint sets them from the pod env, so a user
+# argument repeating one would silently disagree with NNODES / WORLD_SIZE.
+_WORLD_FLAGS = (
+    "nnodes", "nproc-per-node", "node-rank", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf",
+    "max-restarts", "master-addr", "master-port", "standalone",
+)  # fmt: skip
+# torchrun's own options that take a value; knowing them lets us find where the script starts.
+_VALUED = {
+    "--monitor-interval", "--monitor_interval", "--start-method", "--start_method", "--role", "--log-dir",
+    "--log_dir", "-r", "--redirects", "-t", "--tee", "--local-ranks-filter", "--local_ranks_filter",
+    "--logs-specs", "--logs_specs", "--rdzv-timeout", "--local-addr", "--local_addr", "--event-log-handler",
+}  # fmt: skip
+
+
+class ArgsError(ValueError):
+    pass
+
+
+def torchrun_argv(world: World, user_args: Sequence[str], python: str = sys.executable) -> list[str]:
+    """`python -m torch.distributed.run <world flags> <user args>`; user args pass through verbatim."""
+    _reject_world_flags(user_args)
+    conf = _rdzv_conf(world)
+    argv = [
+        python, "-m", "torch.distributed.run",
+        f"--nnodes={world.nnodes}",
+        f"--nproc-per-node={world.nproc_per_node}",
+        f"--node-rank={world.node_rank}",
+        f"--rdzv-backend={world.rdzv_backend}",
+        f"--rdzv-endpoint={world.rdzv_endpoint}",
+        f"--rdzv-id={world.rdzv_id}",
+        "--rdzv-conf=" + ",".join(f"{key}={value}" for key, value in conf.items()),
+        f"--max-restarts={world.max_restarts}",
+    ]  # fmt: skip
+    if world.rdzv_backend == "static":
+        argv += [f"--master-addr={world.master_addr}", f"--master-port={world.master_port}"]
+    return argv + list(user_args)
+
+
+def _rdzv_conf(world: World) -> dict[str, int]:
+    t = world.timeouts
+    if world.rdzv_backend == "static":
+        return {"timeout": t.join}  # the static backend's only timeout: waiting for all nodes
+    conf = {"join_timeout": t.join, "last_call_timeout": t.last_call, "close_timeout": t.close}
+    if world.rdzv_backend == "c10d":
+        conf["read_timeout"] = t.read
+        # Node 0 hosts the store. Said explicitly, because torchrun's guess compares the endpoint
+        # with the machine's names, and a pod's hostname is not its headless-Service DNS name.
+        conf["is_host"] = int(world.node_rank == 0)
+    return conf
+
+
+def _reject_world_flags(user_args: Sequence[str]) -> None:
+    """Only the torchrun options before the training script are torchrun's; the rest belong to it."""
+    conflicting = []
+    args = iter(user_args)
+    for arg in args:
+        if not arg.startswith("-"):
+            break  # the training script
+        if arg in ("-m", "--module", "--no-python", "--no_python"):
+            continue
+        name = arg.split("=", 1)[0]
+        if name.lstrip("-").replace("_", "-") in _WORLD_FLAGS:
+            conflicting.append(name)
+        elif name in _VALUED and "=" not in arg:
+            next(args, None)
+    if conflicting:
+        raise ArgsError(
+            f"the arguments set torchrun's {', '.join(conflicting)}, which the entrypoint sets from the pod env; "
+            "change NNODES / NPROC_PER_NODE / RDZV_* in the deployment instead"
+        )

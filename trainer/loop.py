@@ -1,0 +1,310 @@
+"""The training loop: DDP over a Task, with validation, outputs, checkpoints, resume and stop.
+
+Every rank runs the same sequence of collectives: per optimizer step one small all-reduce
+(loss, units, stop flag); checkpoints gather the ranks' RNG states; validation sums losses.
+Decisions (checkpoint now, stop now) follow from values every rank has, so no rank waits alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, Subset
+
+from trainer import checkpoint
+from trainer.checkpoint import CheckpointStore
+from trainer.distributed import Dist, gather_to_all, main_decides, sum_across
+from trainer.outputs import RunDir, write_json
+from trainer.stop import StopRequest
+from trainer.task import Task, to_device
+
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int
+    batch: int  # per process and micro-batch
+    lr: float
+    seed: int
+    grad_accum: int = 1
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1
+    grad_clip: float = 0.0
+    checkpoint_every: int = 0  # optimizer steps; 0: at epoch ends (and on SIGTERM) only
+    keep_checkpoints: int = 3
+    log_every: int = 10
+    workers: int = 0
+    amp: bool = True
+
+
+@dataclass
+class Progress:
+    epoch: int = 0  # epochs completed
+    step_in_epoch: int = 0  # optimizer steps completed in the current epoch
+    global_step: int = 0
+    epoch_loss_sum: float = 0.0  # summed over all ranks, for the epoch's mean train loss
+    epoch_units: float = 0.0
+    best_val_loss: float = math.inf
+    best_epoch: int = 0  # 1-based; 0: none yet
+
+
+class Stopped(Exception):
+    """SIGTERM reached a rank; every rank has stopped at the same step, after a checkpoint."""
+
+
+class ResumableSampler(DistributedSampler):
+    """DistributedSampler that can start an epoch part-way, at the sample after the last step done."""
+
+    skip = 0
+
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        super().set_epoch(epoch)
+        self.skip = skip
+
+    def __iter__(self):
+        return itertools.islice(super().__iter__(), self.skip, None)
+
+    def __len__(self) -> int:
+        return self.num_samples - self.skip
+
+
+class Trainer:
+    def __init__(self, task: Task, d: Dist, cfg: TrainConfig, run: RunDir, stop: StopRequest, run_name: str):
+        self.task, self.d, self.cfg, self.run, self.stop, self.run_name = task, d, cfg, run, stop, run_name
+        self.model = task.model.to(d.device)
+        self.ddp = DistributedDataParallel(self.model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.sampler = ResumableSampler(task.train_set, d.world_size, d.rank, shuffle=True, seed=cfg.seed, drop_last=True)
+        pin = d.device.type == "cuda"
+        self.loader = DataLoader(task.train_set, cfg.batch, sampler=self.sampler, drop_last=True, num_workers=cfg.workers, pin_memory=pin)
+        # each rank validates every world_size-th item: no padding, so the mean is over the exact set
+        shard = Subset(task.val_set, range(d.rank, len(task.val_set), d.world_size))
+        self.val_loader = DataLoader(shard, cfg.batch, num_workers=cfg.workers, pin_memory=pin)
+        self.steps_per_epoch = self.sampler.num_samples // cfg.batch // cfg.grad_accum
+        if self.steps_per_epoch == 0:
+            raise ValueError(
+                f"{self.sampler.num_samples} samples per process cannot fill one step of "
+                f"{cfg.batch} x {cfg.grad_accum}: lower --batch or --grad-accum"
+            )
+        self.total_steps = self.steps_per_epoch * cfg.epochs
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.amp_dtype = _amp_dtype(d.device) if cfg.amp else None
+        self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
+        self.store = CheckpointStore(run.checkpoints, cfg.keep_checkpoints)
+        self.progress = Progress()
+        self.last_saved_step = -1
+
+    def _lr_factor(self, step: int) -> float:
+        if step < self.cfg.warmup_steps:
+            return (step + 1) / self.cfg.warmup_steps
+        done = (step - self.cfg.warmup_steps) / max(1, self.total_steps - self.cfg.warmup_steps)
+        floor = self.cfg.min_lr_ratio
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
+
+    # --- resume and checkpoints ------------------------------------------------------------
+    def resume(self) -> None:
+        """Load the newest complete checkpoint, the same one on every rank (rank 0 chooses)."""
+        found = self.store.load_newest() if self.d.is_main else None
+        chosen = main_decides(self.d, str(found[0]) if found else None)
+        if chosen is None:
+            self.log(f"[CKPT] no checkpoint in {self.store.directory}: starting from scratch")
+            if self.d.is_main:
+                self.run.forget_metrics_from(1)
+            return
+        state = found[1] if self.d.is_main else checkpoint.load(Path(chosen))
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.progress = Progress(**state["progress"])
+        self.last_saved_step = self.progress.global_step
+        if state["world_size"] == self.d.world_size:
+            _set_rng_state(state["rng"][self.d.rank])
+        else:  # a resized world cannot replay the old ranks' streams; derive fresh ones
+            _seed_all(self.cfg.seed + 1000 * self.progress.global_step + self.d.rank)
+        if self.d.is_main:
+            self.run.forget_metrics_from(self.progress.epoch + 1)
+        p = self.progress
+        self.log(f"[CKPT] resumed from {Path(chosen).name}: epoch {p.epoch + 1} step {p.step_in_epoch}/{self.steps_per_epoch}, "
+                 f"global step {p.global_step}")  # fmt: skip
+
+    def save_checkpoint(self, reason: str) -> None:
+        """Called by every rank (the RNG states are gathered); rank 0 writes."""
+        if self.progress.global_step == self.last_saved_step:
+            return
+        rng_states = gather_to_all(self.d, _rng_state(self.d.device))
+        if self.d.is_main:
+            started = time.perf_counter()
+            payload = {
+                "format": CHECKPOINT_FORMAT,
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "progress": asdict(self.progress),
+                "rng": rng_states,
+                "world_size": self.d.world_size,
+            }
+            record = {"epoch": self.progress.epoch, "step_in_epoch": self.progress.step_in_epoch, "reason": reason}
+            path = self.store.save(self.progress.global_step, payload, record)
+            self.log(f"[CKPT] saved {path.name} ({reason}) in {time.perf_counter() - started:.3f}s")
+        self.last_saved_step = self.progress.global_step
+
+    # --- training ---------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        started = time.perf_counter()
+        self.ddp.train()
+        last = {}
+        while self.progress.epoch < self.cfg.epochs:
+            epoch_started = time.perf_counter()
+            epoch_units_before = self.progress.epoch_units
+            self._train_epoch()
+            last = self._end_epoch(time.perf_counter() - epoch_started, self.progress.epoch_units - epoch_units_before)
+        if not last:  # a restart after the last epoch: report the finished run, train nothing
+            val_loss = self.validate()
+            last = {"epochs": self.progress.epoch, "val_loss": val_loss, "val_ppl": _perplexity(val_loss),
+                    "best": f"epoch-{self.progress.best_epoch}"}  # fmt: skip
+        summary = {**last, "run": self.run_name, "steps": self.progress.global_step, "params_sum": self.params_sum(),
+                   "seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
+        self.log("[DONE] " + " ".join(f"{k}={v}" for k, v in summary.items()))
+        return summary
+
+    def _train_epoch(self) -> None:
+        p, cfg = self.progress, self.cfg
+        self.sampler.set_epoch(p.epoch, skip=p.step_in_epoch * cfg.grad_accum * cfg.batch)
+        batches = iter(self.loader)
+        tick = time.perf_counter()
+        while p.step_in_epoch < self.steps_per_epoch:
+            loss_sum, units = self._step(batches)
+            loss_sum, units, stop = sum_across(self.d, [loss_sum, units, float(self.stop.requested)])
+            p.step_in_epoch += 1
+            p.global_step += 1
+            p.epoch_loss_sum += loss_sum
+            p.epoch_units += units
+            now = time.perf_counter()
+            if p.step_in_epoch % cfg.log_every == 0 or p.step_in_epoch == self.steps_per_epoch:
+                rate = units / (now - tick)
+                self.log(f"[TRAIN] epoch={p.epoch + 1}/{cfg.epochs} step={p.step_in_epoch}/{self.steps_per_epoch} "
+                         f"global_step={p.global_step} loss={loss_sum / units:.4f} lr={self.scheduler.get_last_lr()[0]:.3e} "
+                         f"{self.task.unit}/s={rate:.0f} per_process={rate / self.d.world_size:.0f}")  # fmt: skip
+            if stop:
+                self.save_checkpoint("sigterm")
+                raise Stopped(f"stopped by SIGTERM at epoch {p.epoch + 1} step {p.step_in_epoch}, global step {p.global_step}")
+            if cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0 and p.step_in_epoch < self.steps_per_epoch:
+                self.save_checkpoint("periodic")  # the epoch's last step is saved by the epoch end
+            tick = time.perf_counter()
+
+    def _step(self, batches) -> tuple[torch.Tensor, int]:
+        """One optimizer step over grad_accum micro-batches; gradients are all-reduced once, on the last."""
+        loss_sum = torch.zeros((), device=self.d.device)
+        units = 0
+        for micro in range(self.cfg.grad_accum):
+            batch = to_device(next(batches), self.d.device)
+            sync = micro == self.cfg.grad_accum - 1
+            with nullcontext() if sync else self.ddp.no_sync(), self._autocast():
+                loss, n = self.task.loss(self.ddp, batch)
+            self.scaler.scale(loss / self.cfg.grad_accum).backward()
+            loss_sum += loss.detach().float() * n
+            units += n
+        if self.cfg.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return loss_sum, units
+
+    def _end_epoch(self, seconds: float, units: float) -> dict[str, Any]:
+        p = self.progress
+        epoch = p.epoch + 1
+        val_loss = self.validate()
+        train_loss = p.epoch_loss_sum / p.epoch_units
+        improved = val_loss < p.best_val_loss
+        if improved:
+            p.best_val_loss, p.best_epoch = val_loss, epoch
+        record = {"epoch": epoch, "global_step": p.global_step, "train_loss": train_loss, "val_loss": val_loss,
+                  "val_ppl": _perplexity(val_loss), f"{self.task.unit}_per_s": round(units / seconds, 1),
+                  "seconds": round(seconds, 3), "best_epoch": p.best_epoch}  # fmt: skip
+        if self.d.is_main:
+            directory = self.run.epoch_dir(epoch)
+            self.task.save(self.model, directory)
+            write_json(directory / "metrics.json", record)
+            self.run.append_metrics(record)
+            if improved:
+                self.run.mark_best(epoch)
+        self.log(f"[EPOCH] {epoch}/{self.cfg.epochs} train_loss={train_loss:.4f} val_loss={val_loss!r} "
+                 f"val_ppl={_perplexity(val_loss):.4f} {self.task.unit}/s={units / seconds:.0f} "
+                 f"best=epoch-{p.best_epoch}")  # fmt: skip
+        p.epoch, p.step_in_epoch, p.epoch_loss_sum, p.epoch_units = epoch, 0, 0.0, 0.0
+        self.save_checkpoint("epoch end")
+        return {"epochs": epoch, "train_loss": train_loss, "val_loss": val_loss, "val_ppl": _perplexity(val_loss),
+                "best": f"epoch-{p.best_epoch}"}  # fmt: skip
+
+    @torch.no_grad()
+    def validate(self) -> float:
+        self.model.eval()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.d.device)
+        units = 0
+        for batch in self.val_loader:
+            with self._autocast():
+                loss, n = self.task.loss(self.model, to_device(batch, self.d.device))
+            loss_sum += loss.double() * n
+            units += n
+        self.model.train()
+        total, count = sum_across(self.d, [loss_sum, units])
+        return total / count
+
+    def params_sum(self) -> float:
+        """A fingerprint of the weights: equal runs give equal sums, to the last bit."""
+        return float(sum(p.detach().double().sum() for p in self.model.parameters()))
+
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.d.device.type, dtype=self.amp_dtype)
+
+    def log(self, line: str) -> None:
+        if self.d.is_main:
+            print(line, flush=True)
+
+
+def _amp_dtype(device: torch.device) -> torch.dtype | None:
+    if device.type != "cuda":
+        return None  # CPU autocast is slower than fp32 for these models
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def _perplexity(loss: float) -> float:
+    return math.exp(loss) if loss < 50 else math.inf
+
+
+def _rng_state(device: torch.device) -> dict[str, Any]:
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        "python": random.getstate(),
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None:
+        torch.cuda.set_rng_state(state["cuda"])
+    random.setstate(state["python"])
+
+
+def _seed_all(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)

@@ -1,0 +1,58 @@
+"""The run directory: /out/<run>/{epoch-N/, best -> epoch-N, metrics.jsonl, checkpoints/}."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+BEST = "best"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+
+
+class RunDir:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / CHECKPOINTS
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / METRICS
+
+    def epoch_dir(self, epoch: int) -> Path:
+        path = self.root / f"epoch-{epoch}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def mark_best(self, epoch: int) -> None:
+        """Point `best` at epoch-N with a rename, so a reader never sees it missing or half-made."""
+        temp = self.root / f".{BEST}.tmp-{os.getpid()}"
+        temp.unlink(missing_ok=True)
+        temp.symlink_to(f"epoch-{epoch}")
+        os.replace(temp, self.root / BEST)
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        with open(self.metrics, "a") as file:
+            file.write(json.dumps(record) + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+
+    def forget_metrics_from(self, epoch: int) -> None:
+        """A resumed run redoes epoch `epoch` and later: drop their lines so none is written twice."""
+        if not self.metrics.exists():
+            return
+        kept = [line for line in self.metrics.read_text().splitlines() if line and json.loads(line)["epoch"] < epoch]
+        temp = self.metrics.with_name(f".{METRICS}.tmp-{os.getpid()}")
+        temp.write_text("".join(line + "\n" for line in kept))
+        os.replace(temp, self.metrics)
+
+
+def write_json(path: Path, record: dict[str, Any]) -> None:
+    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temp.write_text(json.dumps(record, indent=1))
+    os.replace(temp, path)

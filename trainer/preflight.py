@@ -1,0 +1,207 @@
+"""Checks run before torchrun starts: the master is reachable, the network and /dev/shm are usable.
+
+Each check returns a Check that says what was looked at and, when it is not ok, what to do next.
+Standard library only: it runs before torch is imported.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from trainer import contract as c
+from trainer.world import World, parse_endpoint
+
+OK, WARN, FAIL = "ok", "warn", "FAIL"
+MIN_SHM_BYTES = 1 << 30  # DataLoader workers and NCCL's intra-node transport both live in /dev/shm
+DOCKER_DEFAULT_SHM_BYTES = 64 << 20
+_SIOCGIFADDR = 0x8915
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+    advice: str = ""
+
+    def line(self) -> str:
+        text = f"[PREFLIGHT] {self.status:<4} {self.name}: {self.detail}"
+        return text + (f"\n[PREFLIGHT]      next: {self.advice}" if self.advice else "")
+
+
+def wait_for_endpoint(
+    host: str,
+    port: int,
+    deadline_s: float,
+    log: Callable[[str], None] = print,
+    first_delay_s: float = 0.5,
+    max_delay_s: float = 5.0,
+    connect_timeout_s: float = 3.0,
+) -> Check:
+    """Wait until `host` resolves and `host:port` accepts a TCP connection, with backoff.
+
+    A DNS answer alone is not enough: a headless Service publishes the name before the process
+    behind it listens, and joining then fails with "connection refused".
+    """
+    name = f"reach {host}:{port}"
+    start = time.monotonic()
+    delay = first_delay_s
+    attempt = 0
+    last_error = ""
+    while True:
+        attempt += 1
+        stage, error = _probe(host, port, connect_timeout_s)
+        if error is None:
+            return Check(name, OK, f"DNS answered and the port accepted after {attempt} attempt(s)")
+        if error != last_error:
+            log(f"[PREFLIGHT] waiting for {host}:{port}: {stage} failed ({error}); retrying until the deadline")
+            last_error = error
+        left = deadline_s - (time.monotonic() - start)
+        if left <= 0:
+            return Check(name, FAIL, f"{stage} still failing after {attempt} attempt(s) in {deadline_s:g} s: {error}",
+                         _advice_for(stage, host, port))  # fmt: skip
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, max_delay_s)
+
+
+def _probe(host: str, port: int, timeout_s: float) -> tuple[str, str | None]:
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return "DNS lookup", str(exc)
+    error = "no address"
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as sock:
+            sock.settimeout(timeout_s)
+            try:
+                sock.connect(address)
+                return "TCP connect", None
+            except OSError as exc:
+                error = f"{address[0]}: {exc.strerror or exc}"
+    return "TCP connect", error
+
+
+def _advice_for(stage: str, host: str, port: int) -> str:
+    if stage == "DNS lookup":
+        return (
+            f"check that pod 0 exists and that the headless Service publishes not-ready addresses; "
+            f"`getent hosts {host}` inside a pod should answer. Raise {c.MASTER_WAIT_TIMEOUT.name} if pods start slowly"
+        )
+    return (
+        f"pod 0 resolves but does not listen on {port}: look at pod 0's log (did its entrypoint fail?), "
+        f"and check that {c.MASTER_PORT.name} matches the Service port and no NetworkPolicy blocks it"
+    )
+
+
+def interface_towards(host: str, port: int) -> str | None:
+    """The name of the interface the kernel would use to reach `host` (no packet is sent)."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)
+            local_ip = probe.getsockname()[0]
+    except OSError:
+        return None
+    return next((name for name, ip in interface_addresses().items() if ip == local_ip), None)
+
+
+def interface_addresses() -> dict[str, str]:
+    """IPv4 address of each interface that has one (the stdlib has no getifaddrs)."""
+    found = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name.encode()[:15])
+            try:
+                reply = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, request)
+            except OSError:
+                continue
+            found[name] = socket.inet_ntoa(reply[20:24])
+    return found
+
+
+def choose_interface(env: Mapping[str, str], host: str, port: int) -> tuple[Check, dict[str, str]]:
+    """Pick NCCL's and Gloo's interface (the route to the master) unless the pod env set one."""
+    preset = {v.name: env[v.name] for v in (c.NCCL_SOCKET_IFNAME, c.GLOO_SOCKET_IFNAME) if env.get(v.name)}
+    if len(preset) == 2:
+        return Check("network interface", OK, f"set by the pod env: {preset}"), {}
+    chosen = interface_towards(host, port)
+    if chosen is None:
+        return (
+            Check("network interface", WARN, f"no route found towards {host}; NCCL and Gloo will guess",
+                  f"set {c.NCCL_SOCKET_IFNAME.name} and {c.GLOO_SOCKET_IFNAME.name} (e.g. eth0) in the pod env"),
+            {},
+        )  # fmt: skip
+    settings = {name: chosen for name in (c.NCCL_SOCKET_IFNAME.name, c.GLOO_SOCKET_IFNAME.name) if name not in preset}
+    return Check("network interface", OK, f"{chosen} routes to {host}; set {', '.join(sorted(settings))}={chosen}"), settings
+
+
+def check_shm(path: str = c.SHM_MOUNT, minimum: int = MIN_SHM_BYTES, expected: int | None = None) -> Check:
+    try:
+        stats = os.statvfs(path)
+    except OSError as exc:
+        return Check("shared memory", FAIL, f"cannot stat {path}: {exc}", "mount an emptyDir with medium: Memory there")
+    size = stats.f_frsize * stats.f_blocks
+    detail = f"{path} is {_mib(size)}"
+    if expected is not None and size < expected:
+        return Check("shared memory", WARN, f"{detail}, less than {c.SHM_SIZE_BYTES.name}={_mib(expected)}",
+                     "the memory emptyDir's sizeLimit or the node's memory caps it; lower the shm size or use bigger nodes")  # fmt: skip
+    if size < minimum:
+        hint = " (the container runtime's 64 MiB default)" if size <= DOCKER_DEFAULT_SHM_BYTES else ""
+        return Check("shared memory", WARN, f"{detail}{hint}, below {_mib(minimum)}: DataLoader workers and NCCL may die with bus errors",
+                     f"mount an emptyDir with medium: Memory at {path}")  # fmt: skip
+    return Check("shared memory", OK, detail)
+
+
+def visible_gpus(dev_dir: str = "/dev", env: Mapping[str, str] = os.environ) -> int:
+    """GPUs this container can use: the NVIDIA device nodes it was given, narrowed by CUDA_VISIBLE_DEVICES."""
+    count = sum(1 for entry in Path(dev_dir).glob("nvidia*") if re.fullmatch(r"nvidia[0-9]+", entry.name))
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        count = min(count, len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"]))
+    return count
+
+
+def check_gpus(gpus_per_node: int | None, nproc_per_node: int, dev_dir: str = "/dev", env: Mapping[str, str] = os.environ) -> Check:
+    seen = visible_gpus(dev_dir, env)
+    if gpus_per_node is None:
+        return Check("GPUs", OK, f"{seen} visible; {c.GPUS_PER_NODE.name} not set, so nothing to compare with")
+    if gpus_per_node == 0:
+        return Check("GPUs", OK, f"CPU pod ({c.GPUS_PER_NODE.name}=0); {seen} visible; training uses gloo")
+    if seen < gpus_per_node:
+        return Check("GPUs", FAIL, f"{c.GPUS_PER_NODE.name}={gpus_per_node} but {seen} NVIDIA device(s) visible",
+                     "check the nvidia.com/gpu limit, the NVIDIA device plugin and the runtime class on this node")  # fmt: skip
+    if nproc_per_node > seen:
+        return Check("GPUs", FAIL, f"{c.NPROC_PER_NODE.name}={nproc_per_node} processes for {seen} GPU(s)",
+                     f"set {c.NPROC_PER_NODE.name} to at most the GPUs per pod")  # fmt: skip
+    return Check("GPUs", OK, f"{seen} visible for {nproc_per_node} process(es)")
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.0f} MiB"
+
+
+def preflight(world: World, env: Mapping[str, str], wait_s: float, log: Callable[[str], None] = print) -> tuple[list[Check], dict[str, str]]:
+    """All checks for this pod, and the env settings they chose for torchrun."""
+    host, port = parse_endpoint(world.rdzv_endpoint)
+    checks = []
+    if world.hosts_rendezvous:
+        checks.append(Check(f"reach {host}:{port}", OK, "this pod hosts the rendezvous store: nothing to wait for"))
+    else:
+        checks.append(wait_for_endpoint(host, port, wait_s, log=log))
+    interface, settings = choose_interface(env, world.master_addr, world.master_port)
+    checks.append(interface)
+    checks.append(check_shm(expected=_optional_int(env.get(c.SHM_SIZE_BYTES.name))))
+    checks.append(check_gpus(_optional_int(env.get(c.GPUS_PER_NODE.name)), world.nproc_per_node, env=env))
+    return checks, settings
+
+
+def _optional_int(value: str | None) -> int | None:
+    return int(value) if value and value.strip().isdigit() else None

@@ -1,0 +1,32 @@
+"""What the training loop needs from a workload: a model, its data, its loss, how to save it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+@dataclass
+class Task:
+    model: nn.Module
+    train_set: Dataset
+    val_set: Dataset
+    # (model, batch on device) -> mean loss over the batch's units, and how many units it held
+    loss: Callable[[nn.Module, Any], tuple[torch.Tensor, int]]
+    unit: str  # what throughput counts: "samples" or "tokens"
+    save: Callable[[nn.Module, Path], None]
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    return type(batch)(to_device(item, device) for item in batch)
+
+
+def save_state_dict(model: nn.Module, directory: Path) -> None:
+    torch.save(model.state_dict(), directory / "model.pt")

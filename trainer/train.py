@@ -1,0 +1,98 @@
+"""Training processes' main: `python -m trainer.train {smoke,lm} [flags]`, normally under torchrun.
+
+The run directory is <--out-dir>/<--run-name> (env OUT_DIR, RUN_NAME): it must stay the same across
+restarts, since that is where a restarted process finds the checkpoint to resume from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+from pathlib import Path
+
+import torch
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from trainer import contract as c
+from trainer import distributed, lm, smoke
+from trainer.loop import Stopped, TrainConfig, Trainer
+from trainer.outputs import RunDir
+from trainer.stop import EXIT_STOPPED, StopRequest
+
+TASKS = {"smoke": smoke, "lm": lm}
+
+
+# Per-task defaults of the common flags: the smoke test keeps seed 001's, the LM gets LM-like ones.
+TASK_DEFAULTS = {
+    "smoke": dict(batch=256, lr=3e-3, grad_clip=0.0, warmup_steps=0, weight_decay=0.0),
+    "lm": dict(batch=16, lr=3e-4, grad_clip=1.0, warmup_steps=20, weight_decay=0.1),
+}
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch", type=int, help="per process, per micro-batch")
+    parser.add_argument("--lr", type=float)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--weight-decay", type=float)
+    parser.add_argument("--warmup-steps", type=int)
+    parser.add_argument("--grad-clip", type=float, help="0: no clipping")
+    parser.add_argument("--out-dir", type=Path, default=Path(os.environ.get(c.OUT_DIR.name) or c.OUT_MOUNT))
+    parser.add_argument("--run-name", default=os.environ.get(c.RUN_NAME.name) or "local")
+    parser.add_argument("--checkpoint-every", type=int, default=100, help="optimizer steps; 0: at epoch ends only")
+    parser.add_argument("--keep-checkpoints", type=int, default=3)
+    parser.add_argument("--log-every", type=int, default=10, help="optimizer steps between [TRAIN] lines")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (they use /dev/shm)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--no-amp", action="store_true", help="train in fp32 on GPU too")
+    parser.add_argument("--pg-timeout", type=float, default=1800, help="seconds a collective may wait for a peer")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__)
+    subparsers = parser.add_subparsers(dest="task", required=True)
+    for name, module in TASKS.items():
+        sub = subparsers.add_parser(name, help=module.__doc__.splitlines()[0])
+        add_common_arguments(sub)
+        module.add_arguments(sub)
+        sub.set_defaults(**TASK_DEFAULTS[name])
+    return parser.parse_args(argv)
+
+
+def config_of(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(
+        epochs=args.epochs, batch=args.batch, lr=args.lr, seed=args.seed, grad_accum=args.grad_accum,
+        weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, grad_clip=args.grad_clip,
+        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
+        log_every=args.log_every, workers=args.workers, amp=not args.no_amp,
+    )  # fmt: skip
+
+
+@record  # torchrun then reports a worker's traceback instead of only its exit code
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    stop = StopRequest().install()
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    d = distributed.init(args.device, args.pg_timeout)
+    try:
+        print(f"[DDP] process rank={d.rank} world_size={d.world_size} local_rank={d.local_rank} "
+              f"device={d.device} run={args.run_name}", flush=True)  # fmt: skip
+        task = TASKS[args.task].make_task(args)
+        trainer = Trainer(task, d, config_of(args), RunDir(args.out_dir / args.run_name), stop, args.run_name)
+        trainer.resume()
+        trainer.fit()
+        return 0
+    except Stopped as stopped:
+        if d.is_main:
+            print(f"[STOP] {stopped}; checkpoint written, exiting {EXIT_STOPPED} so the run resumes", flush=True)
+        return EXIT_STOPPED
+    finally:
+        distributed.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,333 @@
+"""Turns what Kubernetes gives a pod (its env and hostname) into the torchrun world.
+
+Pure: no I/O, no torch. Two schemes are understood:
+- the contract scheme (trainer/contract.py), which the Pulumi program emits;
+- the injected-variable scheme of seed guide 000 (POD_NAME, SVC_NAME, POD_NUMS, POD_PORT,
+  POD_NAMESPACE, JOB_NAME, JOB_COMPLETION_INDEX), for pods this program did not make.
+Every problem found is collected, so one error lists all of them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from trainer import contract as c
+
+DEFAULT_MASTER_WAIT_TIMEOUT = 600.0
+DEFAULT_JOIN_TIMEOUT = 600
+DEFAULT_READ_TIMEOUT = 120  # torchrun's own default (60 s) is too short for slow pod starts
+DEFAULT_LAST_CALL_TIMEOUT = 30
+DEFAULT_CLOSE_TIMEOUT = 30
+DEFAULT_MAX_RESTARTS = 3
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", re.IGNORECASE)
+_RDZV_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ORDINAL_SUFFIX = re.compile(r"^(?P<base>.+)-(?P<ordinal>[0-9]+)$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    value: str | None  # None: the variable is not set
+    allowed: str
+
+    def __str__(self) -> str:
+        given = "not set" if self.value is None else f"got {self.value!r}"
+        return f"{self.name}: {given}; expected {self.allowed}"
+
+
+class WorldError(ValueError):
+    """The pod's env cannot describe a torchrun world; `problems` lists every reason."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"the pod env does not describe a training world ({len(problems)} problem(s)):\n{lines}")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    join: int
+    read: int
+    last_call: int
+    close: int
+
+
+@dataclass(frozen=True)
+class World:
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    rdzv_backend: str
+    rdzv_id: str
+    rdzv_endpoint: str
+    timeouts: Timeouts
+    max_restarts: int
+    master_wait_timeout: float
+    rank_source: str  # where node_rank came from, for the log
+    scheme: str  # "contract" or "seed-000"
+    run_name: str | None
+
+    @property
+    def hosts_rendezvous(self) -> bool:
+        """c10d and static keep their store on node 0's agent: node 0 must not wait for itself."""
+        return self.rdzv_backend in ("c10d", "static") and self.node_rank == 0
+
+    def summary(self) -> str:
+        return (
+            f"[DDP] rank={self.node_rank} nnodes={self.nnodes} nproc_per_node={self.nproc_per_node} "
+            f"world_size={self.world_size} master={self.master_addr}:{self.master_port} "
+            f"rdzv={self.rdzv_backend}@{self.rdzv_endpoint} rdzv_id={self.rdzv_id} "
+            f"max_restarts={self.max_restarts} rank_from={self.rank_source}"
+        )
+
+
+class _Reader:
+    """Reads and checks variables, recording each problem instead of stopping at the first."""
+
+    def __init__(self, env: Mapping[str, str]):
+        self.env = env
+        self.problems: list[Problem] = []
+
+    def text(self, name: str, required: bool = True) -> str | None:
+        value = self.env.get(name)
+        if value is None or value.strip() == "":
+            if required:
+                self.problem(name, value, "a non-empty value")
+            return None
+        return value.strip()
+
+    def integer(self, name: str, minimum: int, required: bool = True, default: int | None = None) -> int | None:
+        value = self.text(name, required=required)
+        if value is None:
+            return default
+        try:
+            number = int(value, 10)
+        except ValueError:
+            self.problem(name, value, f"a whole number >= {minimum}")
+            return None
+        if number < minimum:
+            self.problem(name, value, f"a whole number >= {minimum}")
+            return None
+        return number
+
+    def seconds(self, name: str, default: float) -> float:
+        value = self.text(name, required=False)
+        if value is None:
+            return default
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not number > 0:
+            self.problem(name, value, "a positive number of seconds")
+            return default
+        return number
+
+    def port(self, name: str) -> int | None:
+        value = self.integer(name, minimum=1)
+        if value is not None and value > 65535:
+            self.problem(name, str(value), "a TCP port, 1..65535")
+            return None
+        return value
+
+    def host(self, name: str, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not is_valid_host(value):
+            self.problem(name, value, "a DNS name (RFC 1123 labels) or an IP address")
+            return None
+        return value
+
+    def choice(self, name: str, allowed: tuple[str, ...], required: bool = True) -> str | None:
+        value = self.text(name, required=required)
+        if value is not None and value not in allowed:
+            self.problem(name, value, f"one of {', '.join(allowed)}")
+            return None
+        return value
+
+    def problem(self, name: str, value: str | None, allowed: str) -> None:
+        # the first problem of a variable is the one to fix; later checks of it would repeat it
+        if all(p.name != name for p in self.problems):
+            self.problems.append(Problem(name, value, allowed))
+
+
+def is_valid_host(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        pass
+    labels = value.rstrip(".").split(".")
+    return len(value) <= 253 and all(_DNS_LABEL.match(label) and len(label) <= 63 for label in labels)
+
+
+def ordinal_of(name: str | None) -> tuple[str, int] | None:
+    """`train-llm-3` -> ("train-llm", 3): the StatefulSet / Indexed Job pod-name convention."""
+    if not name:
+        return None
+    match = _ORDINAL_SUFFIX.match(name)
+    return (match["base"], int(match["ordinal"])) if match else None
+
+
+def parse_endpoint(value: str) -> tuple[str, int] | None:
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")  # [::1]:29500
+    if not sep or not port.isdigit() or not 0 < int(port) <= 65535 or not is_valid_host(host):
+        return None
+    return host, int(port)
+
+
+def resolve_world(env: Mapping[str, str], hostname: str) -> World:
+    """The world this pod belongs to, from its env and hostname alone; raises WorldError."""
+    if c.NNODES.name not in env and c.LEGACY_POD_NUMS in env:
+        return _resolve_seed000(env, hostname)
+    return _resolve_contract(env, hostname)
+
+
+def _resolve_contract(env: Mapping[str, str], hostname: str) -> World:
+    r = _Reader(env)
+    for name in c.REQUIRED:
+        r.text(name)
+    nnodes = r.integer(c.NNODES.name, 1)
+    nproc = r.integer(c.NPROC_PER_NODE.name, 1)
+    world_size = r.integer(c.WORLD_SIZE.name, 1)
+    if nnodes and nproc and world_size and world_size != nnodes * nproc:
+        r.problem(
+            c.WORLD_SIZE.name, str(world_size), f"{c.NNODES.name} x {c.NPROC_PER_NODE.name} = {nnodes} x {nproc} = {nnodes * nproc}"
+        )
+    master_addr = r.host(c.MASTER_ADDR.name, r.text(c.MASTER_ADDR.name))
+    master_port = r.port(c.MASTER_PORT.name)
+    backend = r.choice(c.RDZV_BACKEND.name, c.RDZV_BACKENDS)
+    rdzv_id = _rdzv_id(r, r.text(c.RDZV_ID.name))
+    r.choice(c.WORKLOAD_KIND.name, c.WORKLOAD_KINDS)
+    kind = env.get(c.WORKLOAD_KIND.name, "").strip()
+    node_rank, rank_source = _node_rank(r, kind, hostname)
+    if node_rank is not None and nnodes and node_rank >= nnodes:
+        r.problem(rank_source, str(node_rank), f"a node rank below {c.NNODES.name}={nnodes}")
+    endpoint = _endpoint(r, master_addr, master_port)
+    timeouts = Timeouts(
+        join=r.integer(c.RDZV_JOIN_TIMEOUT.name, 1) or DEFAULT_JOIN_TIMEOUT,
+        read=r.integer(c.RDZV_READ_TIMEOUT.name, 1, required=False, default=DEFAULT_READ_TIMEOUT) or DEFAULT_READ_TIMEOUT,
+        last_call=r.integer(c.RDZV_LAST_CALL_TIMEOUT.name, 1, required=False, default=DEFAULT_LAST_CALL_TIMEOUT)
+        or DEFAULT_LAST_CALL_TIMEOUT,
+        close=r.integer(c.RDZV_CLOSE_TIMEOUT.name, 1, required=False, default=DEFAULT_CLOSE_TIMEOUT)
+        or DEFAULT_CLOSE_TIMEOUT,
+    )
+    max_restarts = r.integer(c.MAX_RESTARTS.name, 0)
+    wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, DEFAULT_MASTER_WAIT_TIMEOUT)
+    _check_mirrors(r, env, endpoint)
+    if r.problems:
+        raise WorldError(r.problems)
+    return World(
+        node_rank=node_rank, nnodes=nnodes, nproc_per_node=nproc, world_size=world_size,
+        master_addr=master_addr, master_port=master_port, rdzv_backend=backend, rdzv_id=rdzv_id,
+        rdzv_endpoint=endpoint, timeouts=timeouts, max_restarts=max_restarts, master_wait_timeout=wait,
+        rank_source=rank_source, scheme="contract", run_name=env.get(c.RUN_NAME.name),
+    )  # fmt: skip
+
+
+def _rdzv_id(r: _Reader, value: str | None) -> str | None:
+    if value is not None and not _RDZV_ID.match(value):
+        r.problem(c.RDZV_ID.name, value, "letters, digits, '.', '_' or '-' (it names the rendezvous)")
+        return None
+    return value
+
+
+def _node_rank(r: _Reader, kind: str, hostname: str) -> tuple[int | None, str]:
+    """The pod's index: NODE_RANK if set, else the completion index (Job), else the name's ordinal.
+
+    A StatefulSet pod's name is its hostname (`<sts>-<ordinal>`); an Indexed Job pod's name has a
+    random suffix but its hostname is `<job>-<index>`, so the hostname is the last resort for both.
+    """
+    explicit = r.text(c.NODE_RANK.name, required=False)
+    index = r.text(c.JOB_COMPLETION_INDEX, required=False)
+    if explicit is not None:
+        rank = r.integer(c.NODE_RANK.name, 0, required=False)
+        if rank is not None and index is not None and index != str(rank):
+            r.problem(c.NODE_RANK.name, explicit, f"the same index as {c.JOB_COMPLETION_INDEX}={index}")
+        return rank, c.NODE_RANK.name
+    if kind == c.INDEXED_JOB and index is not None:
+        return r.integer(c.JOB_COMPLETION_INDEX, 0, required=False), c.JOB_COMPLETION_INDEX
+    pod_name = r.text(c.POD_NAME.name, required=False)
+    candidates = ([(c.POD_NAME.name, pod_name)] if kind == c.STATEFULSET else []) + [("hostname", hostname)]
+    for source, name in candidates:
+        parsed = ordinal_of(name)
+        if parsed is not None:
+            return parsed[1], f"{source} {name}"
+    r.problem(
+        c.NODE_RANK.name,
+        explicit,
+        f"a node rank: set it from the {c.POD_INDEX_LABEL} label or {c.JOB_COMPLETION_INDEX}, "
+        f"or run in a pod named <workload>-<ordinal> (hostname {hostname!r} has no ordinal)",
+    )
+    return None, c.NODE_RANK.name
+
+
+def _endpoint(r: _Reader, master_addr: str | None, master_port: int | None) -> str | None:
+    explicit = r.text(c.RDZV_ENDPOINT.name, required=False)
+    if explicit is not None:
+        if parse_endpoint(explicit) is None:
+            r.problem(c.RDZV_ENDPOINT.name, explicit, "host:port")
+            return None
+        return explicit
+    if master_addr is None or master_port is None:
+        return None
+    return f"{master_addr}:{master_port}"
+
+
+def _check_mirrors(r: _Reader, env: Mapping[str, str], endpoint: str | None) -> None:
+    """torchrun reads PET_<FLAG> as its defaults: a stale mirror would silently change the world."""
+    for mirror, original in c.PET_MIRRORS.items():
+        if mirror in env and env[mirror].strip() != env.get(original, "").strip():
+            r.problem(mirror, env[mirror], f"the same value as {original}={env.get(original, '')!r}")
+    pet_endpoint = env.get(c.PET_RDZV_ENDPOINT.name)
+    if pet_endpoint is not None and pet_endpoint.strip() and endpoint and pet_endpoint.strip() != endpoint:
+        r.problem(c.PET_RDZV_ENDPOINT.name, pet_endpoint, f"the rendezvous endpoint {endpoint!r}")
+
+
+def _resolve_seed000(env: Mapping[str, str], hostname: str) -> World:
+    """Seed 000's platform: pod 0 of `<JOB_NAME or POD_NAME minus ordinal>` behind SVC_NAME is the master."""
+    r = _Reader(env)
+    nnodes = r.integer(c.LEGACY_POD_NUMS, 1)
+    port = r.port(c.LEGACY_POD_PORT)
+    pod_name = r.text(c.POD_NAME.name)
+    service = r.text(c.SVC_NAME.name)
+    namespace = r.text(c.POD_NAMESPACE.name)
+    nproc = r.integer(c.NPROC_PER_NODE.name, 1, required=False, default=1)
+    job_name = r.text(c.LEGACY_JOB_NAME, required=False)
+    index = r.text(c.JOB_COMPLETION_INDEX, required=False)
+    parsed = ordinal_of(pod_name)
+    if index is not None:
+        node_rank, source = r.integer(c.JOB_COMPLETION_INDEX, 0, required=False), c.JOB_COMPLETION_INDEX
+    elif parsed is not None:
+        node_rank, source = parsed[1], f"{c.POD_NAME.name} {pod_name}"
+    else:
+        node_rank, source = None, c.POD_NAME.name
+        if pod_name is not None:
+            r.problem(c.POD_NAME.name, pod_name, f"<workload>-<ordinal>, or set {c.JOB_COMPLETION_INDEX}")
+    workload = job_name or (parsed[0] if parsed else None)
+    if workload is None and pod_name is not None and job_name is None:
+        r.problem(c.LEGACY_JOB_NAME, None, f"the Job name, since {c.POD_NAME.name} has no ordinal")
+    if node_rank is not None and nnodes and node_rank >= nnodes:
+        r.problem(source, str(node_rank), f"a node rank below {c.LEGACY_POD_NUMS}={nnodes}")
+    master = None
+    if workload and service and namespace:
+        master = r.host(c.POD_NAME.name, c.master_dns_name(workload, service, namespace))
+    if r.problems:
+        raise WorldError(r.problems)
+    rdzv_id = re.sub(r"[^A-Za-z0-9._-]", "-", f"{namespace}-{workload}")
+    return World(
+        node_rank=node_rank, nnodes=nnodes, nproc_per_node=nproc, world_size=nnodes * nproc,
+        master_addr=master, master_port=port, rdzv_backend="c10d", rdzv_id=rdzv_id,
+        rdzv_endpoint=f"{master}:{port}",
+        timeouts=Timeouts(DEFAULT_JOIN_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_CLOSE_TIMEOUT),
+        max_restarts=DEFAULT_MAX_RESTARTS, master_wait_timeout=DEFAULT_MASTER_WAIT_TIMEOUT,
+        rank_source=source, scheme="seed-000", run_name=env.get(c.RUN_NAME.name),
+    )  # fmt: skip
