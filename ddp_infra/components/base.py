@@ -1,0 +1,20 @@
+"""What every component of the program shares."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pulumi
+
+TYPE_PREFIX = "ddp-infra:training"
+
+
+class Component(pulumi.ComponentResource):
+    """A ComponentResource whose type token is `ddp-infra:training:<kind>`."""
+
+    def __init__(self, kind: str, name: str, opts: Optional[pulumi.ResourceOptions]) -> None:
+        super().__init__(f"{TYPE_PREFIX}:{kind}", name, None, opts)
+
+    def child(self, **options: Any) -> pulumi.ResourceOptions:
+        """Options for a resource owned by this component."""
+        return pulumi.ResourceOptions(parent=self, **options)

@@ -1,0 +1,36 @@
+"""The namespace, when the stack creates it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from ..config import NamespaceConfig
+from ..manifests import namespace_manifest
+from .base import Component
+
+
+@dataclass(frozen=True)
+class TrainingNamespaceArgs:
+    namespace: NamespaceConfig
+    # Deleting a namespace deletes every claim in it, whatever the claim's own options say:
+    # so the namespace is kept and protected exactly when a claim in it is.
+    retain_on_delete: bool
+    protect: bool
+    # The restricted Pod Security Standard is enforced unless the pods need a capability it forbids.
+    restricted: bool
+
+
+class TrainingNamespace(Component):
+    def __init__(self, name: str, args: TrainingNamespaceArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("Namespace", name, opts)
+        manifest = namespace_manifest(args.namespace, args.restricted)
+        self.namespace = k8s.core.v1.Namespace(
+            name,
+            metadata=manifest["metadata"],
+            opts=self.child(retain_on_delete=args.retain_on_delete, protect=args.protect),
+        )
+        self.register_outputs({"name": self.namespace.metadata["name"]})

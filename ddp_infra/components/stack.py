@@ -1,0 +1,77 @@
+"""The whole training stack: every component, wired in dependency order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import pulumi
+
+from ..config import StackConfig
+from ..world import World
+from .base import Component
+from .guardrails import Guardrails, GuardrailsArgs
+from .hf_token import HfTokenSecret, HfTokenSecretArgs
+from .namespace import TrainingNamespace, TrainingNamespaceArgs
+from .rendezvous import Rendezvous, RendezvousArgs
+from .storage import TrainingStorage, TrainingStorageArgs
+from .trainer import Trainer, TrainerArgs
+
+
+@dataclass(frozen=True)
+class DdpTrainingStackArgs:
+    config: StackConfig
+    world: World
+
+
+class DdpTrainingStack(Component):
+    def __init__(self, name: str, args: DdpTrainingStackArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("Stack", name, opts)
+        config, world = args.config, args.world
+        in_namespace: list[pulumi.Resource] = []
+        if config.namespace.create:
+            created_claims = [volume for volume in config.storage.volumes().values() if volume.create]
+            self.namespace: Optional[TrainingNamespace] = TrainingNamespace(
+                config.namespace.name,
+                TrainingNamespaceArgs(
+                    namespace=config.namespace,
+                    retain_on_delete=any(volume.retain_on_delete for volume in created_claims),
+                    protect=any(volume.protect for volume in created_claims),
+                    restricted=not config.network.infiniband,
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            in_namespace.append(self.namespace)
+        else:
+            self.namespace = None
+
+        def inside(*after: pulumi.Resource) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, depends_on=[*in_namespace, *after])
+
+        self.storage = TrainingStorage(
+            "storage", TrainingStorageArgs(storage=config.storage, namespace=world.namespace), opts=inside()
+        )
+        self.hf_token = (
+            HfTokenSecret("hf-token", HfTokenSecretArgs(world=world, token=config.hf_token), opts=inside())
+            if config.hf_token is not None
+            else None
+        )
+        self.rendezvous = Rendezvous("rendezvous", RendezvousArgs(world=world), opts=inside())
+        self.guardrails = Guardrails("guardrails", GuardrailsArgs(world=world), opts=inside())
+        pods_need = [self.storage, self.rendezvous, self.guardrails, *([self.hf_token] if self.hf_token else [])]
+        self.trainer = Trainer(world.workload_name, TrainerArgs(config=config, world=world), opts=inside(*pods_need))
+
+        context = config.kubernetes.context
+        self.outputs: dict[str, Any] = {
+            "namespace": world.namespace,
+            "workloadKind": world.workload_kind,
+            "workloadName": self.trainer.workload.metadata["name"],  # type: ignore[attr-defined]
+            "masterAddress": world.master_addr,
+            "nodes": world.nnodes,
+            "procsPerNode": world.nproc_per_node,
+            "worldSize": world.world_size,
+            "runName": world.run_name,
+            "kubectlWatchPods": world.kubectl_watch_pods(context),
+            "kubectlFollowRank0": world.kubectl_follow_rank0(context),
+        }
+        self.register_outputs(self.outputs)

@@ -1,0 +1,43 @@
+"""The claims for /data, /out and /models.
+
+A claim's spec comes from its storage config alone (see `manifests.claim_manifest`), so changing
+`nodes` or any pod setting leaves every claim untouched. A claim marked `retainOnDelete` stays in
+the cluster when Pulumi deletes it; one marked `protect` cannot be deleted or replaced by Pulumi
+at all (a spec change that would replace it fails instead). Existing claims (`create: false`)
+are only mounted, never managed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from ..config import StorageConfig
+from ..manifests import claim_manifest
+from .base import Component
+
+
+@dataclass(frozen=True)
+class TrainingStorageArgs:
+    storage: StorageConfig
+    namespace: str
+
+
+class TrainingStorage(Component):
+    def __init__(self, name: str, args: TrainingStorageArgs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("Storage", name, opts)
+        self.claims: dict[str, k8s.core.v1.PersistentVolumeClaim] = {}
+        for role, volume in args.storage.volumes().items():
+            if not volume.create:
+                continue
+            manifest = claim_manifest(role, volume, args.namespace)
+            self.claims[role] = k8s.core.v1.PersistentVolumeClaim(
+                f"{name}-{role}",
+                metadata=manifest["metadata"],
+                spec=manifest["spec"],
+                opts=self.child(retain_on_delete=volume.retain_on_delete, protect=volume.protect),
+            )
+        self.register_outputs({role: claim.metadata["name"] for role, claim in self.claims.items()})

@@ -1,0 +1,587 @@
+"""The stack's configuration: one pydantic model, read from `pulumi.Config()`.
+
+Keys are camelCase, as `pulumi config set` writes them (`ddp-infra:nodes`,
+`ddp-infra:storage.outputs.size` with `--path`). What the CLI stores is accepted as it is
+stored: `pulumi config set nodes 64` stores the string "64", objects arrive as JSON.
+
+Every problem is collected and raised as one `ConfigError` before any resource is
+registered: each line names the full key, the value given and what is allowed. Checks that
+involve several top-level keys run only on keys that are individually valid, so a bad key
+never hides or garbles another key's problem.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Annotated, Any, Callable, Literal, Optional
+
+import pulumi
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from trainer import contract
+
+PROJECT = "ddp-infra"
+MAX_NODES = 1024  # a StatefulSet this size is already far beyond what one rendezvous handles well
+MAX_GPUS_PER_NODE = 16
+GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_TRAIN_ARGS = (
+    "-m", "trainer.train", "smoke",
+    "--epochs", "2", "--batch", "256", "--samples", "4096", "--features", "128",
+    "--classes", "4", "--lr", "3e-3", "--seed", "42",
+)  # fmt: skip
+# Label prefix the program owns: selectors and the recommended labels live here.
+RESERVED_LABEL_PREFIX = "app.kubernetes.io/"
+# Env the program sets itself besides the contract's names.
+PROGRAM_ENV = ("HOME",)
+
+
+# --- constrained scalar types -----------------------------------------------------------------
+
+def _pattern(regex: str, allowed: str) -> Callable[[str], str]:
+    compiled = re.compile(regex)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise PydanticCustomError("pattern", "{allowed}", {"allowed": allowed})
+        return value
+
+    return check
+
+
+_QUANTITY_RE = r"[+]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?"
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"m": Decimal("0.001"), "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def parse_quantity(quantity: str) -> Decimal:
+    """A Kubernetes quantity ("500m", "8Gi", "1e3") as a number of base units."""
+    match = re.fullmatch(_QUANTITY_RE, quantity)
+    if not match:
+        raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
+    suffix = match.group(3) or ""
+    number = Decimal(match.group(1))
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix[:1] in "eE" and suffix:
+        return number * Decimal(10) ** int(suffix[1:])
+    return number * _DECIMAL[suffix]
+
+
+Quantity = Annotated[
+    str, AfterValidator(_pattern(_QUANTITY_RE, "a Kubernetes quantity such as 500m, 4, 8Gi or 100G"))
+]
+DnsLabel = Annotated[
+    str,
+    AfterValidator(
+        _pattern(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", "a DNS-1123 label: lowercase a-z, 0-9, '-', at most 63")
+    ),
+]
+DnsSubdomain = Annotated[
+    str,
+    Field(max_length=253),
+    AfterValidator(
+        _pattern(
+            r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+            "a DNS-1123 subdomain: lowercase a-z, 0-9, '-', '.'",
+        )
+    ),
+]
+# StatefulSet pods are named <name>-<ordinal> and get a controller-revision-hash label
+# <name>-<10 chars>, which must stay a 63-character label value: hence 52.
+WorkloadName = Annotated[
+    str,
+    AfterValidator(
+        _pattern(r"[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?", "a DNS-1123 label of at most 52 characters")
+    ),
+]
+LabelKey = Annotated[
+    str,
+    AfterValidator(
+        _pattern(
+            r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+            r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?",
+            "a label key: optional DNS prefix and '/', then at most 63 of A-Z a-z 0-9 - _ .",
+        )
+    ),
+]
+LabelValue = Annotated[
+    str,
+    AfterValidator(
+        _pattern(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?", "at most 63 of A-Z a-z 0-9 - _ .")
+    ),
+]
+EnvName = Annotated[
+    str, AfterValidator(_pattern(r"[A-Za-z_][A-Za-z0-9_]*", "an env var name: letters, digits, '_'"))
+]
+Duration = Annotated[
+    str, AfterValidator(_pattern(r"[1-9]\d*(s|m|h)", "a Pulumi duration such as 600s, 30m or 2h"))
+]
+# The token itself never enters the model as text: it is the Output `Config.get_secret` returns.
+SecretString = Annotated[
+    pulumi.Output,
+    WithJsonSchema({"type": "string", "format": "secret"}),
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        arbitrary_types_allowed=True,
+    )
+
+
+def _field_problem(path: tuple[str, ...], allowed: str, given: Any) -> PydanticCustomError:
+    """An error a model validator raises about one of its fields, so the key can name that field."""
+    return PydanticCustomError("invalid", "{allowed}", {"path": path, "allowed": allowed, "given": given})
+
+
+# --- nested sections ----------------------------------------------------------------------------
+
+class ImageConfig(_Model):
+    name: Annotated[str, Field(min_length=1, description="Trainer image reference (registry/repository:tag or @digest).")]
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="imagePullPolicy.")
+    pull_secrets: tuple[DnsSubdomain, ...] = Field((), description="Names of existing image pull Secrets.")
+
+
+class NamespaceConfig(_Model):
+    name: DnsLabel = Field("ddp-training", description="Namespace everything lives in.")
+    create: bool = Field(True, description="Create the namespace (false: use an existing one).")
+
+
+AccessMode = Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"]
+
+
+class VolumeConfig(_Model):
+    """A claim the stack creates, or an existing one it mounts (create: false)."""
+
+    claim_name: DnsSubdomain
+    create: bool = Field(True, description="Create the claim (false: mount an existing claim named claimName).")
+    size: Optional[Quantity] = Field(None, description="Requested storage, e.g. 100Gi (required when create is true).")
+    storage_class: Optional[DnsSubdomain] = Field(None, description="StorageClass (unset: the cluster default).")
+    access_mode: AccessMode = Field("ReadWriteOnce", description="Access mode; ReadWriteMany for multi-node.")
+    retain_on_delete: bool = Field(
+        True, description="Keep the claim in the cluster when Pulumi deletes it (destroy, rename)."
+    )
+    protect: bool = Field(False, description="Refuse any delete or replace of the claim in Pulumi.")
+
+    @model_validator(mode="after")
+    def _created_claims_have_a_size(self) -> "VolumeConfig":
+        if self.create and self.size is None:
+            raise _field_problem(("size",), "a quantity such as 100Gi when create is true", None)
+        if not self.create:
+            for field in ("size", "storage_class"):
+                if field in self.model_fields_set:
+                    raise _field_problem(
+                        (to_camel(field),), "unset when create is false (an existing claim is used as it is)",
+                        getattr(self, field),
+                    )
+        return self
+
+
+class DatasetsVolume(VolumeConfig):
+    claim_name: DnsSubdomain = Field("datasets-pvc", description="Claim mounted at /data.")
+    size: Optional[Quantity] = Field("100Gi", description="Requested storage (required when create is true).")
+
+
+class OutputsVolume(VolumeConfig):
+    claim_name: DnsSubdomain = Field("outputs-pvc", description="Claim mounted at /out (checkpoints, results).")
+    size: Optional[Quantity] = Field("100Gi", description="Requested storage (required when create is true).")
+
+
+class ModelsVolume(VolumeConfig):
+    claim_name: DnsSubdomain = Field("models-pvc", description="Claim mounted at /models (local model snapshots).")
+
+
+class StorageConfig(_Model):
+    datasets: DatasetsVolume = Field(DatasetsVolume(), description="Datasets volume, mounted at /data.")
+    outputs: OutputsVolume = Field(OutputsVolume(), description="Outputs volume, mounted at /out.")
+    models: Optional[ModelsVolume] = Field(None, description="Optional models volume, mounted at /models.")
+
+    def volumes(self) -> dict[str, VolumeConfig]:
+        """The configured volumes by role, in mount order."""
+        roles = {"datasets": self.datasets, "outputs": self.outputs, "models": self.models}
+        return {role: volume for role, volume in roles.items() if volume is not None}
+
+
+class ResourceAmounts(_Model):
+    cpu: Optional[Quantity] = Field(None, description="CPU, e.g. 4 or 500m.")
+    memory: Optional[Quantity] = Field(None, description="Memory, e.g. 16Gi.")
+
+
+def _no_gpu_in_extended(extended: dict[str, str]) -> dict[str, str]:
+    if GPU_RESOURCE in extended:
+        raise PydanticCustomError("gpu", "{allowed}", {"allowed": f"resources without {GPU_RESOURCE}: set gpusPerNode"})
+    return extended
+
+
+class ResourcesConfig(_Model):
+    requests: ResourceAmounts = Field(
+        ResourceAmounts(cpu="1", memory="4Gi"), description="Container requests (GPUs come from gpusPerNode)."
+    )
+    limits: ResourceAmounts = Field(
+        ResourceAmounts(memory="8Gi"), description="Container limits (GPUs come from gpusPerNode)."
+    )
+    extended: Annotated[dict[LabelKey, Quantity], AfterValidator(_no_gpu_in_extended)] = Field(
+        {}, description="Extended resources set as both request and limit, e.g. rdma/ib: 1."
+    )
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> "ResourcesConfig":
+        for name in ("cpu", "memory"):
+            request, limit = getattr(self.requests, name), getattr(self.limits, name)
+            if request and limit and parse_quantity(request) > parse_quantity(limit):
+                raise _field_problem(("requests", name), f"at most limits.{name} ({limit})", request)
+        return self
+
+
+class NetworkConfig(_Model):
+    socket_ifname: Optional[Annotated[str, AfterValidator(_pattern(r"[\^=]?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*", "an interface name or NCCL list such as eth0, ^lo,docker0"))]] = Field(
+        None, description="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (unset: the trainer's preflight picks one)."
+    )
+    infiniband: bool = Field(False, description="Use InfiniBand (false sets NCCL_IB_DISABLE=1); adds IPC_LOCK.")
+    nccl_debug: Literal["VERSION", "WARN", "INFO", "TRACE"] = Field("WARN", description="NCCL_DEBUG level.")
+    async_error_handling: bool = Field(
+        True, description="TORCH_NCCL_ASYNC_ERROR_HANDLING: a failed collective aborts instead of hanging."
+    )
+
+
+class RendezvousConfig(_Model):
+    port: int = Field(29500, ge=1024, le=65535, description="Rendezvous / TCPStore port on pod 0.")
+    backend: Literal[contract.RDZV_BACKENDS] = Field("c10d", description="torchrun rendezvous backend.")  # type: ignore[valid-type]
+    endpoint: Optional[Annotated[str, AfterValidator(_pattern(r"[A-Za-z0-9.-]+:\d{1,5}", "host:port"))]] = Field(
+        None, description="host:port of an etcd for etcd-v2 (other backends use pod 0)."
+    )
+    join_timeout_seconds: int = Field(1800, ge=30, le=86400, description="Seconds to wait for the whole world.")
+    read_timeout_seconds: int = Field(120, ge=10, le=3600, description="c10d store read timeout.")
+    last_call_timeout_seconds: int = Field(30, ge=1, le=3600, description="Wait for late joiners.")
+    close_timeout_seconds: int = Field(30, ge=1, le=3600, description="Wait for the rendezvous to close.")
+    master_wait_timeout_seconds: int = Field(
+        600, ge=10, le=86400, description="Seconds the preflight waits for pod 0's DNS name and port."
+    )
+    max_restarts: int = Field(3, ge=0, le=100, description="torchrun --max-restarts of the whole world.")
+
+    @model_validator(mode="after")
+    def _etcd_needs_an_endpoint(self) -> "RendezvousConfig":
+        if self.backend == "etcd-v2" and self.endpoint is None:
+            raise _field_problem(("endpoint",), "host:port of an etcd with the v2 API when backend is etcd-v2", None)
+        if self.backend != "etcd-v2" and self.endpoint is not None:
+            raise _field_problem(("endpoint",), "unset unless backend is etcd-v2 (the store is on pod 0)", self.endpoint)
+        return self
+
+
+class RunConfig(_Model):
+    name: Optional[Annotated[str, AfterValidator(_pattern(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", "1-63 of A-Z a-z 0-9 . _ -, starting alphanumeric"))]] = Field(
+        None, description="Run directory under /out; stable so a restart resumes (unset: the workload name)."
+    )
+    args: tuple[str, ...] = Field(
+        DEFAULT_TRAIN_ARGS, min_length=1, description="What you would write after `torchrun`: script or -m module and its arguments."
+    )
+
+
+class WorkloadConfig(_Model):
+    kind: Literal[contract.WORKLOAD_KINDS] = Field(  # type: ignore[valid-type]
+        contract.STATEFULSET, description="statefulset (long-lived pods) or job (an Indexed Job that runs to completion)."
+    )
+    name: WorkloadName = Field("trainer", description="Name of the StatefulSet or Job; the Service is <name>-rdzv.")
+    wait_for_ready: bool = Field(
+        False, description="Make `pulumi up` wait for every pod to be Ready (job: for the Job to complete)."
+    )
+    ready_timeout: Duration = Field("30m", description="How long `pulumi up` waits when waitForReady is true.")
+    termination_grace_period_seconds: int = Field(
+        120, ge=0, le=3600, description="Time a pod gets after SIGTERM to write a checkpoint."
+    )
+    backoff_limit: int = Field(0, ge=0, le=100, description="job: pod failures before the Job fails.")
+    ttl_seconds_after_finished: int = Field(
+        86400, ge=0, le=30 * 86400, description="job: seconds a finished Job and its pods are kept."
+    )
+
+
+class Toleration(_Model):
+    key: Optional[LabelKey] = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: Optional[LabelValue] = None
+    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = None
+    toleration_seconds: Optional[int] = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _exists_has_no_value(self) -> "Toleration":
+        if self.operator == "Exists" and self.value:
+            raise _field_problem(("value",), "unset when operator is Exists", self.value)
+        return self
+
+
+class TopologySpreadConfig(_Model):
+    enabled: bool = Field(True, description="Spread pods over topologyKey.")
+    topology_key: LabelKey = Field("kubernetes.io/hostname", description="Node label to spread over.")
+    max_skew: int = Field(1, ge=1, le=1024, description="Largest allowed difference in pod count.")
+    when_unsatisfiable: Literal["ScheduleAnyway", "DoNotSchedule"] = Field(
+        "ScheduleAnyway", description="Whether spreading is a preference or a rule."
+    )
+
+
+_AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+
+
+def _check_affinity(value: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    unknown = sorted(set(value or {}) - set(_AFFINITY_KINDS))
+    if unknown:
+        raise PydanticCustomError("affinity", "keys among {allowed}", {"allowed": ", ".join(_AFFINITY_KINDS)})
+    return value
+
+
+class SchedulingConfig(_Model):
+    node_selector: dict[LabelKey, LabelValue] = Field({}, description="Pod nodeSelector.")
+    tolerations: tuple[Toleration, ...] = Field((), description="Pod tolerations.")
+    affinity: Annotated[Optional[dict[str, Any]], AfterValidator(_check_affinity)] = Field(
+        None, description="Pod affinity, as Kubernetes writes it (nodeAffinity, podAffinity, podAntiAffinity)."
+    )
+    priority_class_name: Optional[DnsSubdomain] = Field(None, description="PriorityClass of the pods.")
+    topology_spread: TopologySpreadConfig = Field(TopologySpreadConfig(), description="Topology spread of the pods.")
+
+
+class KubernetesConfig(_Model):
+    render_dir: Optional[Annotated[str, Field(min_length=1)]] = Field(
+        None,
+        description="Write manifests to this directory (relative to the project) instead of applying them. "
+        "They include Secrets in plain text.",
+    )
+    context: Optional[Annotated[str, Field(min_length=1)]] = Field(None, description="kubeconfig context to use.")
+
+
+# --- the whole stack ----------------------------------------------------------------------------
+
+class StackConfig(_Model):
+    """Everything one stack of ddp-infra is configured with."""
+
+    nodes: int = Field(1, ge=1, le=MAX_NODES, description="Pods in the training world (NNODES).")
+    gpus_per_node: int = Field(
+        0, ge=0, le=MAX_GPUS_PER_NODE, description="nvidia.com/gpu per pod; 0 for CPU-only pods."
+    )
+    procs_per_node: int = Field(
+        0, ge=0, le=256, description="Training processes per pod (NPROC_PER_NODE); 0: one per GPU, or 1 without GPUs."
+    )
+    image: ImageConfig = Field(description="The trainer image: name (required), pullPolicy, pullSecrets.")
+    namespace: NamespaceConfig = Field(NamespaceConfig(), description="Namespace to create or use.")
+    storage: StorageConfig = Field(StorageConfig(), description="Volumes for /data, /out and /models.")
+    hf_token: Optional[SecretString] = Field(
+        None, description="Hugging Face token; set it with `pulumi config set --secret hfToken ...`."
+    )
+    resources: ResourcesConfig = Field(ResourcesConfig(), description="Container CPU and memory.")
+    shm_size: Quantity = Field("1Gi", description="Size of the memory-backed /dev/shm (counts against memory).")
+    network: NetworkConfig = Field(NetworkConfig(), description="NCCL / Gloo network settings.")
+    rendezvous: RendezvousConfig = Field(RendezvousConfig(), description="torchrun rendezvous settings.")
+    run: RunConfig = Field(RunConfig(), description="The training run: its name and torchrun arguments.")
+    workload: WorkloadConfig = Field(WorkloadConfig(), description="Which workload runs the pods, and how.")
+    scheduling: SchedulingConfig = Field(SchedulingConfig(), description="Where the pods may run.")
+    labels: dict[LabelKey, LabelValue] = Field({}, description="Extra labels on every object and pod.")
+    annotations: dict[LabelKey, str] = Field({}, description="Extra annotations on every object and pod.")
+    env: dict[EnvName, str] = Field({}, description="Extra container env; may use $(NAME) of the contract's variables.")
+    kubernetes: KubernetesConfig = Field(KubernetesConfig(), description="How the Kubernetes provider connects.")
+
+    @property
+    def nproc_per_node(self) -> int:
+        """Processes per pod: the explicit value, else one per GPU, else one."""
+        return self.procs_per_node or self.gpus_per_node or 1
+
+
+# --- reading and reporting ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Problem:
+    key: str  # the full config key, e.g. ddp-infra:storage.outputs.size
+    given: str
+    allowed: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: got {self.given}; allowed: {self.allowed}"
+
+
+class ConfigError(Exception):
+    """Every problem of a stack's configuration, one line each."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        lines = "\n".join(f"  {problem}" for problem in problems)
+        super().__init__(f"invalid stack configuration ({len(problems)} problem(s)); nothing was created:\n{lines}")
+
+
+def _full_key(path: list[str | int]) -> str:
+    key = ""
+    for part in path:
+        if isinstance(part, int):
+            key += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", str(part)):
+            key += f".{part}" if key else str(part)
+        else:  # a map key such as a label name, quoted as `pulumi config set --path` takes it
+            key += f'["{part}"]'
+    return f"{PROJECT}:{key}"
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "(not set)"
+    text = json.dumps(value) if isinstance(value, (dict, list, tuple)) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _problems_from(error: ValidationError, prefix: list[str | int]) -> list[Problem]:
+    problems = []
+    for detail in error.errors():
+        path = prefix + list(detail["loc"])
+        ctx = detail.get("ctx") or {}
+        if "path" in ctx:  # a model validator speaking about one of its fields
+            path += list(ctx["path"])
+            given = _shown(ctx.get("given"))
+        elif detail["type"] == "missing":
+            given = "(not set)"
+        else:
+            given = _shown(detail["input"])
+        allowed = ctx.get("allowed") or re.sub(r"^(Input should be|Value error,)\s*", "", detail["msg"])
+        problems.append(Problem(_full_key(path), given, allowed))
+    return problems
+
+
+_HF_TOKEN_KEY = StackConfig.model_fields["hf_token"].alias
+# One validator per top-level key, so that each key is judged on its own (see _cross_key_problems).
+_FIELD_ADAPTERS = {
+    field.alias: TypeAdapter(Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation)
+    for field in StackConfig.model_fields.values()
+    if field.alias != _HF_TOKEN_KEY
+}
+
+
+def _cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
+    """Rules that relate several top-level keys; each runs only if its keys are valid."""
+    problems: list[Problem] = []
+
+    def have(*keys: str) -> bool:
+        return all(key in valid for key in keys)
+
+    if have("gpusPerNode", "procsPerNode"):
+        gpus, procs = valid["gpusPerNode"], valid["procsPerNode"]
+        if gpus and procs and procs != gpus:
+            problems.append(Problem(
+                _full_key(["procsPerNode"]), repr(procs),
+                f"0 or {gpus} (one process per GPU: fewer leaves GPUs idle, more makes NCCL share a GPU)",
+            ))
+    if have("nodes", "storage"):
+        for role, volume in valid["storage"].volumes().items():
+            if volume.access_mode == "ReadWriteOncePod" and valid["nodes"] > 1:
+                problems.append(Problem(
+                    _full_key(["storage", role, "accessMode"]), repr(volume.access_mode),
+                    "ReadWriteMany, ReadOnlyMany or ReadWriteOnce when nodes > 1 (ReadWriteOncePod admits one pod)",
+                ))
+    if have("shmSize", "resources"):
+        limit = valid["resources"].limits.memory
+        if limit and parse_quantity(valid["shmSize"]) >= parse_quantity(limit):
+            problems.append(Problem(
+                _full_key(["shmSize"]), repr(valid["shmSize"]),
+                f"less than resources.limits.memory ({limit}): /dev/shm is memory and counts against it",
+            ))
+    if have("labels"):
+        for key in valid["labels"]:
+            if key.startswith(RESERVED_LABEL_PREFIX):
+                problems.append(Problem(
+                    _full_key(["labels", key]), repr(valid["labels"][key]),
+                    f"a key outside {RESERVED_LABEL_PREFIX} (the program sets those and selects on them)",
+                ))
+    if have("env"):
+        reserved = {var.name for var in contract.ALL} | set(PROGRAM_ENV)
+        for name in valid["env"]:
+            if name in reserved:
+                problems.append(Problem(
+                    _full_key(["env", name]), repr(valid["env"][name]),
+                    "a name the program does not set (this one comes from the env contract)",
+                ))
+    return problems
+
+
+def _decode(raw: str) -> Any:
+    """Objects and arrays arrive as JSON; scalars as the string the CLI stored."""
+    return json.loads(raw) if raw.lstrip()[:1] in ("{", "[") else raw
+
+
+def parse(raw: dict[str, Any], hf_token: Optional[pulumi.Output] = None) -> StackConfig:
+    """Validate decoded config values (keys as in the stack file, without the project prefix)."""
+    problems: list[Problem] = []
+    unknown = sorted(set(raw) - set(_FIELD_ADAPTERS))
+    for key in unknown:
+        problems.append(Problem(_full_key([key]), _shown(raw[key]), f"a known key: {', '.join(_FIELD_ADAPTERS)}"))
+    valid: dict[str, Any] = {}
+    for key, adapter in _FIELD_ADAPTERS.items():
+        field = StackConfig.model_fields[_to_field_name(key)]
+        if key not in raw:
+            if field.is_required():
+                problems.append(Problem(_full_key([key]), "(not set)", f"a value: {field.description}"))
+            else:
+                valid[key] = field.get_default(call_default_factory=True)
+            continue
+        try:
+            valid[key] = adapter.validate_python(raw[key])
+        except ValidationError as error:
+            problems.extend(_problems_from(error, [key]))
+    problems.extend(_cross_key_problems(valid))
+    if problems:
+        raise ConfigError(problems)
+    return StackConfig.model_validate({**valid, _HF_TOKEN_KEY: hf_token})
+
+
+def _to_field_name(alias: str) -> str:
+    return next(name for name, field in StackConfig.model_fields.items() if field.alias == alias)
+
+
+def load(config: Optional[pulumi.Config] = None) -> StackConfig:
+    """Read and validate the stack's config; raise one ConfigError listing every problem."""
+    config = config or pulumi.Config(PROJECT)
+    raw: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for key in _FIELD_ADAPTERS:
+        stored = config.get(key)
+        if stored is None:
+            continue
+        try:
+            raw[key] = _decode(stored)
+        except json.JSONDecodeError as error:
+            problems.append(Problem(_full_key([key]), _shown(stored), f"valid JSON ({error.msg})"))
+    hf_token = _read_hf_token(config, problems)
+    try:
+        parsed = parse(raw, hf_token)
+    except ConfigError as error:
+        raise ConfigError(problems + error.problems) from None
+    if problems:
+        raise ConfigError(problems)
+    return parsed
+
+
+def _read_hf_token(config: pulumi.Config, problems: list[Problem]) -> Optional[pulumi.Output]:
+    """The token as a secret Output, or None; a token stored in plain text is refused."""
+    full_key = config.full_key(_HF_TOKEN_KEY)
+    stored = config.get_secret(_HF_TOKEN_KEY)
+    # Pulumi.yaml declares an empty default so that stacks without a token stay valid.
+    is_empty = config.get(_HF_TOKEN_KEY) in (None, "")
+    if is_empty:
+        return None
+    if not pulumi.runtime.is_config_secret(full_key):
+        problems.append(Problem(
+            full_key, "(a value stored in plain text, not shown)",
+            "a secret: `pulumi config set --secret hfToken <token>`",
+        ))
+        return None
+    return stored

@@ -1,0 +1,105 @@
+"""The world's other objects, as plain Kubernetes dicts: namespace, claims, rendezvous Service,
+NetworkPolicy, PodDisruptionBudget, ServiceAccount and the token Secret's metadata.
+
+Pure functions, no Pulumi. A claim is built from its storage config and the namespace only,
+so nothing about the workload (nodes, image, resources, ...) can ever change a claim.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import NamespaceConfig, VolumeConfig
+from .world import CONTAINER_NAME, MANAGED_BY, PART_OF, RENDEZVOUS_PORT_NAME, World
+
+
+def namespace_manifest(namespace: NamespaceConfig, restricted: bool) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/managed-by": MANAGED_BY}
+    if restricted:
+        # The pods meet the restricted Pod Security Standard; enforcing it keeps it that way.
+        labels["pod-security.kubernetes.io/enforce"] = "restricted"
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace.name, "labels": labels}}
+
+
+def claim_manifest(role: str, volume: VolumeConfig, namespace: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": [volume.access_mode],
+        "resources": {"requests": {"storage": volume.size}},
+    }
+    if volume.storage_class:
+        spec["storageClassName"] = volume.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": volume.claim_name, "namespace": namespace, "labels": World.storage_labels(role)},
+        "spec": spec,
+    }
+
+
+def _metadata(world: World, name: str, component: str) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": world.namespace, "labels": world.labels(component)}
+    if world.extra_annotations:
+        metadata["annotations"] = dict(world.extra_annotations)
+    return metadata
+
+
+def rendezvous_service_manifest(world: World) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(world, world.service_name, "rendezvous"),
+        "spec": {
+            "clusterIP": "None",
+            # Pod DNS must exist before pods are Ready, or rendezvous waits on itself.
+            "publishNotReadyAddresses": True,
+            "selector": world.selector,
+            "ports": [{
+                "name": RENDEZVOUS_PORT_NAME,
+                "port": world.rendezvous_port,
+                "targetPort": world.rendezvous_port,
+                "protocol": "TCP",
+            }],
+        },
+    }
+
+
+def network_policy_manifest(world: World) -> dict[str, Any]:
+    """Ingress to the world's pods only from the world's pods, on any port (NCCL picks its own)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(world, world.network_policy_name, "network-policy"),
+        "spec": {
+            "podSelector": {"matchLabels": world.selector},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": world.selector}}]}],
+        },
+    }
+
+
+def disruption_budget_manifest(world: World) -> dict[str, Any]:
+    """No voluntary eviction of any pod: losing one pod restarts the whole world.
+
+    maxUnavailable 0 holds whatever `nodes` is (a node drain waits until the run is stopped).
+    """
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(world, world.disruption_budget_name, "disruption-budget"),
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": world.selector}},
+    }
+
+
+def service_account_manifest(world: World) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _metadata(world, world.service_account_name, CONTAINER_NAME),
+        "automountServiceAccountToken": False,  # training needs no Kubernetes API access
+    }
+
+
+def hf_token_secret_metadata(world: World) -> dict[str, Any]:
+    """The Secret's metadata; its data is the secret Output and never passes through here."""
+    assert world.hf_token_secret_name, "no token configured"
+    return _metadata(world, world.hf_token_secret_name, "hf-token")

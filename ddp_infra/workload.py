@@ -1,0 +1,255 @@
+"""The training pods, as plain Kubernetes dicts: env, container, pod template, StatefulSet, Job.
+
+Pure functions of (StackConfig, World): no Pulumi here, so they can be tested and fed to the
+trainer's own env resolution directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer import contract
+
+from .config import GPU_RESOURCE, StackConfig, parse_quantity
+from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, RENDEZVOUS_PORT_NAME, World
+
+ENTRYPOINT = ("python", "-m", "trainer.entrypoint")
+IMAGE_UID = 1000  # the trainer image runs as uid/gid 1000
+SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
+TMP_MOUNT = "/tmp"
+# Where a pod's own index comes from, per workload kind (the downward API reads it).
+NODE_RANK_FIELD = {
+    contract.STATEFULSET: f"metadata.labels['{contract.POD_INDEX_LABEL}']",
+    contract.INDEXED_JOB: f"metadata.annotations['{contract.JOB_COMPLETION_INDEX_ANNOTATION}']",
+}
+VOLUME_MOUNTS = {"datasets": contract.DATA_MOUNT, "outputs": contract.OUT_MOUNT, "models": contract.MODELS_MOUNT}
+
+
+def _field_ref(path: str) -> dict[str, Any]:
+    return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _flag(on: bool) -> str:
+    return "1" if on else "0"
+
+
+def pod_env(config: StackConfig, world: World) -> list[dict[str, Any]]:
+    """The trainer container's env, in the order of `contract.ALL`, then HOME and the extra env.
+
+    Every value comes from `world` or `config`, so NNODES, WORLD_SIZE, MASTER_ADDR and their
+    torchrun PET_* mirrors cannot disagree. A mirror of a downward-API variable is written as
+    a Kubernetes dependent variable, `$(NODE_RANK)`, which resolves because the mirrored
+    variable comes earlier in the list.
+    """
+    rdzv = config.rendezvous
+    endpoint = rdzv.endpoint or f"{world.master_addr}:{world.rendezvous_port}"
+    sources: dict[str, dict[str, Any]] = {
+        contract.NNODES.name: {"value": str(world.nnodes)},
+        contract.NPROC_PER_NODE.name: {"value": str(world.nproc_per_node)},
+        contract.WORLD_SIZE.name: {"value": str(world.world_size)},
+        contract.NODE_RANK.name: _field_ref(NODE_RANK_FIELD[world.workload_kind]),
+        contract.MASTER_ADDR.name: {"value": world.master_addr},
+        contract.MASTER_PORT.name: {"value": str(world.rendezvous_port)},
+        contract.RDZV_BACKEND.name: {"value": rdzv.backend},
+        contract.RDZV_ID.name: {"value": world.rdzv_id},
+        contract.RDZV_ENDPOINT.name: {"value": endpoint},
+        contract.RDZV_JOIN_TIMEOUT.name: {"value": str(rdzv.join_timeout_seconds)},
+        contract.RDZV_READ_TIMEOUT.name: {"value": str(rdzv.read_timeout_seconds)},
+        contract.RDZV_LAST_CALL_TIMEOUT.name: {"value": str(rdzv.last_call_timeout_seconds)},
+        contract.RDZV_CLOSE_TIMEOUT.name: {"value": str(rdzv.close_timeout_seconds)},
+        contract.MAX_RESTARTS.name: {"value": str(rdzv.max_restarts)},
+        contract.MASTER_WAIT_TIMEOUT.name: {"value": str(rdzv.master_wait_timeout_seconds)},
+        contract.POD_NAME.name: _field_ref("metadata.name"),
+        contract.POD_NAMESPACE.name: _field_ref("metadata.namespace"),
+        contract.SVC_NAME.name: {"value": world.service_name},
+        contract.WORKLOAD_KIND.name: {"value": world.workload_kind},
+        contract.WORKLOAD_NAME.name: {"value": world.workload_name},
+        contract.RUN_NAME.name: {"value": world.run_name},
+        contract.DATA_DIR.name: {"value": contract.DATA_MOUNT},
+        contract.OUT_DIR.name: {"value": contract.OUT_MOUNT},
+        contract.SHM_SIZE_BYTES.name: {"value": str(int(parse_quantity(config.shm_size)))},
+        contract.GPUS_PER_NODE.name: {"value": str(config.gpus_per_node)},
+        contract.NCCL_IB_DISABLE.name: {"value": _flag(not config.network.infiniband)},
+        contract.NCCL_DEBUG.name: {"value": config.network.nccl_debug},
+        contract.TORCH_NCCL_ASYNC_ERROR_HANDLING.name: {"value": _flag(config.network.async_error_handling)},
+        contract.PET_RDZV_ENDPOINT.name: {"value": endpoint},
+    }
+    if config.storage.models is not None:
+        sources[contract.MODELS_DIR.name] = {"value": contract.MODELS_MOUNT}
+    if config.network.socket_ifname:
+        sources[contract.NCCL_SOCKET_IFNAME.name] = {"value": config.network.socket_ifname}
+        sources[contract.GLOO_SOCKET_IFNAME.name] = {"value": config.network.socket_ifname}
+    if world.hf_token_secret_name:
+        token_ref = {"valueFrom": {"secretKeyRef": {"name": world.hf_token_secret_name, "key": HF_TOKEN_SECRET_KEY}}}
+        sources[contract.HF_TOKEN.name] = token_ref
+        sources[contract.HUGGINGFACE_HUB_TOKEN.name] = token_ref
+    for mirror, original in contract.PET_MIRRORS.items():
+        source = sources[original]
+        sources[mirror] = {"value": source["value"]} if "value" in source else {"value": f"$({original})"}
+
+    env = [{"name": var.name, **sources[var.name]} for var in contract.ALL if var.name in sources]
+    env.append({"name": "HOME", "value": TMP_MOUNT})  # the root filesystem is read-only
+    env.extend({"name": name, "value": value} for name, value in config.env.items())
+    return env
+
+
+def _resources(config: StackConfig) -> dict[str, Any]:
+    def amounts(section: Any) -> dict[str, str]:
+        return {name: value for name, value in (("cpu", section.cpu), ("memory", section.memory)) if value}
+
+    requests, limits = amounts(config.resources.requests), amounts(config.resources.limits)
+    # Extended resources (GPUs included) cannot be overcommitted: request and limit are equal.
+    extended = dict(config.resources.extended)
+    if config.gpus_per_node:
+        extended[GPU_RESOURCE] = str(config.gpus_per_node)
+    return {"requests": {**requests, **extended}, "limits": {**limits, **extended}}
+
+
+def _volume_mounts(config: StackConfig) -> list[dict[str, Any]]:
+    mounts = [
+        {"name": role, "mountPath": VOLUME_MOUNTS[role], "readOnly": volume.access_mode == "ReadOnlyMany"}
+        for role, volume in config.storage.volumes().items()
+    ]
+    return mounts + [{"name": "dshm", "mountPath": contract.SHM_MOUNT}, {"name": "tmp", "mountPath": TMP_MOUNT}]
+
+
+def _volumes(config: StackConfig) -> list[dict[str, Any]]:
+    claims = [
+        {"name": role, "persistentVolumeClaim": {"claimName": volume.claim_name}}
+        for role, volume in config.storage.volumes().items()
+    ]
+    return claims + [
+        # The default 64 MB /dev/shm kills DataLoader workers with bus errors.
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": config.shm_size}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+
+
+def container(config: StackConfig, world: World) -> dict[str, Any]:
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    if config.network.infiniband:
+        capabilities["add"] = ["IPC_LOCK"]  # RDMA pins memory; nothing else is added
+    return {
+        "name": CONTAINER_NAME,
+        "image": config.image.name,
+        "imagePullPolicy": config.image.pull_policy,
+        "command": list(ENTRYPOINT),
+        "args": list(config.run.args),
+        "ports": [{"name": RENDEZVOUS_PORT_NAME, "containerPort": world.rendezvous_port, "protocol": "TCP"}],
+        "env": pod_env(config, world),
+        "resources": _resources(config),
+        "volumeMounts": _volume_mounts(config),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": capabilities,
+        },
+    }
+
+
+def _scheduling(config: StackConfig, world: World) -> dict[str, Any]:
+    scheduling = config.scheduling
+    spec: dict[str, Any] = {}
+    if scheduling.node_selector:
+        spec["nodeSelector"] = dict(scheduling.node_selector)
+    if scheduling.tolerations:
+        spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in scheduling.tolerations]
+    if scheduling.affinity:
+        spec["affinity"] = scheduling.affinity
+    if scheduling.priority_class_name:
+        spec["priorityClassName"] = scheduling.priority_class_name
+    spread = scheduling.topology_spread
+    if spread.enabled:
+        spec["topologySpreadConstraints"] = [{
+            "maxSkew": spread.max_skew,
+            "topologyKey": spread.topology_key,
+            "whenUnsatisfiable": spread.when_unsatisfiable,
+            "labelSelector": {"matchLabels": world.selector},
+        }]
+    return spec
+
+
+def pod_template(config: StackConfig, world: World) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "serviceAccountName": world.service_account_name,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,  # thousands of Service env vars help nobody
+        "terminationGracePeriodSeconds": config.workload.termination_grace_period_seconds,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": IMAGE_UID,
+            "runAsGroup": IMAGE_UID,
+            "fsGroup": IMAGE_UID,
+            # Recursive chown of a large dataset volume on every start would delay each pod.
+            "fsGroupChangePolicy": "OnRootMismatch",
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container(config, world)],
+        "volumes": _volumes(config),
+        **_scheduling(config, world),
+    }
+    if config.image.pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in config.image.pull_secrets]
+    if world.workload_kind == contract.INDEXED_JOB:
+        spec["restartPolicy"] = "Never"
+        # Job pods get <job>-<index> as hostname; the subdomain gives them the DNS name MASTER_ADDR uses.
+        spec["subdomain"] = world.service_name
+    metadata: dict[str, Any] = {"labels": world.labels(CONTAINER_NAME)}
+    if world.extra_annotations:
+        metadata["annotations"] = dict(world.extra_annotations)
+    return {"metadata": metadata, "spec": spec}
+
+
+def workload_metadata(config: StackConfig, world: World) -> dict[str, Any]:
+    annotations = dict(world.extra_annotations)
+    if not config.workload.wait_for_ready:
+        annotations[SKIP_AWAIT_ANNOTATION] = "true"
+    metadata: dict[str, Any] = {
+        "name": world.workload_name,
+        "namespace": world.namespace,
+        "labels": world.labels(CONTAINER_NAME),
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata
+
+
+def statefulset_manifest(config: StackConfig, world: World) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": workload_metadata(config, world),
+        "spec": {
+            "replicas": world.nnodes,
+            # All pods start at once: rendezvous needs the whole world, not one pod at a time.
+            "podManagementPolicy": "Parallel",
+            "serviceName": world.service_name,
+            "selector": {"matchLabels": world.selector},
+            "template": pod_template(config, world),
+        },
+    }
+
+
+def job_manifest(config: StackConfig, world: World) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": workload_metadata(config, world),
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": world.nnodes,
+            "parallelism": world.nnodes,
+            "backoffLimit": config.workload.backoff_limit,
+            "ttlSecondsAfterFinished": config.workload.ttl_seconds_after_finished,
+            # A replacement pod starts only once the failed one is gone, so an index is never doubled.
+            "podReplacementPolicy": "Failed",
+            "template": pod_template(config, world),
+        },
+    }
+
+
+def workload_manifest(config: StackConfig, world: World) -> dict[str, Any]:
+    if world.workload_kind == contract.INDEXED_JOB:
+        return job_manifest(config, world)
+    return statefulset_manifest(config, world)

@@ -1,0 +1,139 @@
+"""The one place names, labels and the world's shape are computed.
+
+Every component receives the same `World`, so the Service's selector, the pods' labels, the
+StatefulSet's serviceName, MASTER_ADDR and WORLD_SIZE are derived from one set of values and
+cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from trainer import contract
+
+from .config import StackConfig
+
+APP_NAME = "ddp-trainer"
+PART_OF = "ddp-infra"
+MANAGED_BY = "pulumi"
+CONTAINER_NAME = "trainer"
+RENDEZVOUS_PORT_NAME = "rdzv"
+HF_TOKEN_SECRET_KEY = "token"
+
+
+@dataclass(frozen=True)
+class World:
+    """Names, labels and shape of one stack's training world."""
+
+    project: str
+    stack: str
+    namespace: str
+    workload_kind: str
+    workload_name: str
+    nnodes: int
+    nproc_per_node: int
+    rendezvous_port: int
+    run_name: str
+    has_hf_token: bool
+    extra_labels: dict[str, str] = field(default_factory=dict)
+    extra_annotations: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: StackConfig, project: str, stack: str) -> "World":
+        return cls(
+            project=project,
+            stack=stack,
+            namespace=config.namespace.name,
+            workload_kind=config.workload.kind,
+            workload_name=config.workload.name,
+            nnodes=config.nodes,
+            nproc_per_node=config.nproc_per_node,
+            rendezvous_port=config.rendezvous.port,
+            run_name=config.run.name or config.workload.name,
+            has_hf_token=config.hf_token is not None,
+            extra_labels=dict(config.labels),
+            extra_annotations=dict(config.annotations),
+        )
+
+    # --- shape ---------------------------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        """Training processes in the job (torch.distributed's meaning): pods x processes per pod."""
+        return self.nnodes * self.nproc_per_node
+
+    # --- names ---------------------------------------------------------------------------------
+    @property
+    def service_name(self) -> str:
+        return f"{self.workload_name}-rdzv"
+
+    @property
+    def master_addr(self) -> str:
+        return contract.master_dns_name(self.workload_name, self.service_name, self.namespace)
+
+    @property
+    def rdzv_id(self) -> str:
+        """Unique to the stack and stable across `pulumi up`, so pods never roll for it."""
+        return f"{self.project}-{self.stack}-{self.workload_name}"
+
+    @property
+    def service_account_name(self) -> str:
+        return self.workload_name
+
+    @property
+    def hf_token_secret_name(self) -> Optional[str]:
+        return f"{self.workload_name}-hf-token" if self.has_hf_token else None
+
+    @property
+    def network_policy_name(self) -> str:
+        return f"{self.workload_name}-world"
+
+    @property
+    def disruption_budget_name(self) -> str:
+        return self.workload_name
+
+    # --- labels --------------------------------------------------------------------------------
+    @property
+    def selector(self) -> dict[str, str]:
+        """The labels that pick the world's pods: Service, NetworkPolicy, PDB and workload agree on it."""
+        return {"app.kubernetes.io/name": APP_NAME, "app.kubernetes.io/instance": self.workload_name}
+
+    def labels(self, component: str) -> dict[str, str]:
+        """Labels of an object of the world (and of its pods, with component="trainer")."""
+        return {
+            **self.extra_labels,
+            **self.selector,
+            "app.kubernetes.io/component": component,
+            "app.kubernetes.io/part-of": PART_OF,
+            "app.kubernetes.io/managed-by": MANAGED_BY,
+        }
+
+    @staticmethod
+    def storage_labels(role: str) -> dict[str, str]:
+        """Labels of a claim: nothing about the workload, so no workload change touches a claim."""
+        return {
+            "app.kubernetes.io/name": f"{APP_NAME}-{role}",
+            "app.kubernetes.io/component": "storage",
+            "app.kubernetes.io/part-of": PART_OF,
+            "app.kubernetes.io/managed-by": MANAGED_BY,
+        }
+
+    # --- how to watch it -------------------------------------------------------------------------
+    def kubectl_watch_pods(self, context: Optional[str] = None) -> str:
+        selector = ",".join(f"{key}={value}" for key, value in self.selector.items())
+        return f"{_kubectl(self.namespace, context)} get pods -l {selector} -o wide -w"
+
+    def kubectl_follow_rank0(self, context: Optional[str] = None) -> str:
+        kubectl = _kubectl(self.namespace, context)
+        if self.workload_kind == contract.INDEXED_JOB:
+            # Job pods carry a random suffix: pick index 0 by its label.
+            selector = ",".join(
+                [f"{key}={value}" for key, value in self.selector.items()]
+                + [f"{contract.JOB_COMPLETION_INDEX_ANNOTATION}=0"]
+            )
+            return f"{kubectl} logs -f -l {selector} -c {CONTAINER_NAME}"
+        return f"{kubectl} logs -f {self.workload_name}-0 -c {CONTAINER_NAME}"
+
+
+def _kubectl(namespace: str, context: Optional[str]) -> str:
+    return f"kubectl --context {context} -n {namespace}" if context else f"kubectl -n {namespace}"
