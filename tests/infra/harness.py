@@ -1,0 +1,190 @@
+"""Evaluate the Pulumi program under mocks and record what it registers.
+
+The stack files are read here and fed through `set_all_config` exactly as the engine would
+pass them (objects as JSON, scalars as stored), so the committed stack files are what is tested.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pulumi
+import yaml
+from pulumi.runtime import mocks, rpc
+
+from ddp_infra import config as stack_config
+from ddp_infra import program
+
+REPO = Path(__file__).resolve().parents[2]
+PROJECT = stack_config.PROJECT
+STACKS = ("dev", "prod")
+
+
+@dataclass
+class Registered:
+    urn: str
+    type: str
+    name: str
+    parent: str
+    custom: bool
+    provider: str
+    inputs: dict[str, Any]
+    protect: bool
+    retain_on_delete: bool
+    dependencies: list[str]
+    custom_timeouts: dict[str, str]
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The inputs with secrets unwrapped and whole numbers as ints, as the provider would apply them."""
+        return unwrap_secrets(self.inputs)
+
+
+class RecordingMonitor(mocks.MockMonitor):
+    """The SDK's mock monitor, keeping each request's options (parent, protect, ...) too."""
+
+    def __init__(self, mocks_: pulumi.runtime.Mocks):
+        super().__init__(mocks_)
+        self.registered: list[Registered] = []
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            timeouts = request.customTimeouts
+            self.registered.append(Registered(
+                urn=response.urn, type=request.type, name=request.name, parent=request.parent,
+                custom=request.custom, provider=request.provider,
+                inputs=rpc.deserialize_properties(request.object),
+                protect=request.protect, retain_on_delete=request.retainOnDelete,
+                dependencies=list(request.dependencies),
+                custom_timeouts={k: getattr(timeouts, k) for k in ("create", "update", "delete") if getattr(timeouts, k)},
+            ))
+        return response
+
+
+class EchoMocks(pulumi.runtime.Mocks):
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        return f"{args.name}-id", args.inputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+
+@dataclass
+class Evaluation:
+    registered: list[Registered] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    secret_outputs: set[str] = field(default_factory=set)
+    error: Optional[stack_config.ConfigError] = None
+
+    def of_type(self, type_: str) -> list[Registered]:
+        return [r for r in self.registered if r.type == type_]
+
+    def one(self, type_: str) -> Registered:
+        found = self.of_type(type_)
+        assert len(found) == 1, f"expected one {type_}, got {[r.name for r in found]}"
+        return found[0]
+
+    @property
+    def workload(self) -> Registered:
+        workloads = self.of_type("kubernetes:apps/v1:StatefulSet") + self.of_type("kubernetes:batch/v1:Job")
+        assert len(workloads) == 1
+        return workloads[0]
+
+    @property
+    def pod_spec(self) -> dict[str, Any]:
+        return self.workload.manifest["spec"]["template"]["spec"]
+
+    @property
+    def container(self) -> dict[str, Any]:
+        (container,) = self.pod_spec["containers"]
+        return container
+
+
+def stack_file_config(stack: str) -> dict[str, Any]:
+    """`stacks/Pulumi.<stack>.yaml` as {key without project prefix: value}."""
+    document = yaml.safe_load((REPO / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    prefix = f"{PROJECT}:"
+    return {key[len(prefix):]: value for key, value in document["config"].items() if key.startswith(prefix)}
+
+
+def with_path(values: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of values with `a.b.c` set, as `pulumi config set --path a.b.c` would."""
+    result = copy.deepcopy(values)
+    *parents, leaf = path.split(".")
+    node = result
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is DELETE:
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
+    return result
+
+
+DELETE = object()
+
+
+def engine_config(values: dict[str, Any]) -> dict[str, str]:
+    """What the engine hands the program: full keys, objects as JSON, scalars as strings."""
+    return {
+        f"{PROJECT}:{key}": json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+        for key, value in values.items()
+    }
+
+
+def evaluate(values: dict[str, Any], stack: str = "dev", secret_keys: tuple[str, ...] = ()) -> Evaluation:
+    """Run load + build (what __main__.py does) under fresh mocks; record everything."""
+    monitor = RecordingMonitor(EchoMocks())
+    pulumi.runtime.set_mocks(EchoMocks(), project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config(engine_config(values), [f"{PROJECT}:{key}" for key in secret_keys])
+    evaluation = Evaluation()
+
+    @pulumi.runtime.test
+    def run():
+        try:
+            loaded = stack_config.load()
+        except stack_config.ConfigError as error:
+            evaluation.error = error
+            return None
+        outputs = program.build(loaded, REPO)
+
+        async def resolve() -> None:
+            for name, value in outputs.items():
+                output = pulumi.Output.from_input(value)
+                evaluation.outputs[name] = await output.future()
+                if await output.is_secret():
+                    evaluation.secret_outputs.add(name)
+
+        return resolve()
+
+    run()
+    evaluation.registered = monitor.registered
+    return evaluation
+
+
+def unwrap_secrets(value: Any) -> Any:
+    if rpc.is_rpc_secret(value):
+        return unwrap_secrets(rpc.unwrap_rpc_secret(value))
+    if isinstance(value, dict):
+        return {k: unwrap_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap_secrets(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # protobuf carries every number as a double
+    return value
+
+
+def plain_strings(value: Any) -> list[str]:
+    """Every string in value that is not inside a secret."""
+    if rpc.is_rpc_secret(value):
+        return []
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in [k, *plain_strings(v)]]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in plain_strings(v)]
+    return [value] if isinstance(value, str) else []

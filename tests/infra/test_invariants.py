@@ -1,0 +1,312 @@
+"""The invariants of the whole stack, for each stack file, nodes = 1, 4, 64, 512 and both workloads.
+
+Each assertion reads what was registered (the mock monitor's view), not the program's own
+helpers, so a helper that computed a wrong value could not hide it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import kubernetes_validate
+import pulumi
+import pytest
+
+import harness
+from conftest import NODE_COUNTS, evaluated
+from trainer import contract
+
+STATEFULSET = "kubernetes:apps/v1:StatefulSet"
+JOB = "kubernetes:batch/v1:Job"
+SERVICE = "kubernetes:core/v1:Service"
+PVC = "kubernetes:core/v1:PersistentVolumeClaim"
+RECOMMENDED_LABELS = (
+    "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
+    "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by",
+)  # fmt: skip
+
+
+def stack_values(stack: str) -> dict:
+    return harness.stack_file_config(stack)
+
+
+def env_of(evaluation: harness.Evaluation) -> dict[str, dict]:
+    env = evaluation.container["env"]
+    names = [var["name"] for var in env]
+    assert len(names) == len(set(names)), f"duplicate env names: {names}"
+    return {var["name"]: var for var in env}
+
+
+def expected_procs(stack: str) -> int:
+    values = stack_values(stack)
+    gpus = int(values.get("gpusPerNode", 0))
+    return int(values.get("procsPerNode", 0)) or gpus or 1
+
+
+@pulumi.runtime.test
+def test_workload_runs_one_pod_per_node(evaluation, nodes, kind):
+    spec = evaluation.workload.manifest["spec"]
+    if kind == "statefulset":
+        assert evaluation.workload.type == STATEFULSET
+        assert spec["replicas"] == nodes
+        assert spec["podManagementPolicy"] == "Parallel"
+    else:
+        assert evaluation.workload.type == JOB
+        assert spec["completionMode"] == "Indexed"
+        assert spec["completions"] == spec["parallelism"] == nodes
+        assert spec["ttlSecondsAfterFinished"] > 0
+        assert evaluation.pod_spec["restartPolicy"] == "Never"
+
+
+@pulumi.runtime.test
+def test_headless_service_selects_the_pods_and_names_the_workload(evaluation, kind):
+    service = evaluation.one(SERVICE).manifest
+    workload = evaluation.workload.manifest
+    pod_labels = workload["spec"]["template"]["metadata"]["labels"]
+    selector = service["spec"]["selector"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert selector and selector.items() <= pod_labels.items()
+    if kind == "statefulset":
+        assert workload["spec"]["selector"]["matchLabels"] == selector
+        assert workload["spec"]["serviceName"] == service["metadata"]["name"]
+    else:
+        assert workload["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"]
+    for other in ("kubernetes:networking.k8s.io/v1:NetworkPolicy", "kubernetes:policy/v1:PodDisruptionBudget"):
+        manifest = evaluation.one(other).manifest
+        key = "podSelector" if "NetworkPolicy" in other else "selector"
+        assert manifest["spec"][key]["matchLabels"] == selector
+
+
+@pulumi.runtime.test
+def test_env_carries_the_contract_with_one_shape(evaluation, stack, nodes, kind):
+    env = env_of(evaluation)
+    workload = evaluation.workload.manifest["metadata"]
+    service = evaluation.one(SERVICE).manifest["metadata"]
+    procs = expected_procs(stack)
+
+    assert set(contract.REQUIRED) <= env.keys()
+    assert "RANK" not in env  # torchrun sets the global rank
+    assert env["NNODES"]["value"] == str(nodes)
+    assert env["NPROC_PER_NODE"]["value"] == str(procs)
+    assert env["WORLD_SIZE"]["value"] == str(nodes * procs)
+    master = f"{workload['name']}-0.{service['name']}.{workload['namespace']}.svc.cluster.local"
+    assert env["MASTER_ADDR"]["value"] == master
+    assert env["MASTER_PORT"]["value"] == str(service_port(evaluation))
+    assert env["PET_RDZV_ENDPOINT"]["value"] == env["RDZV_ENDPOINT"]["value"] == f"{master}:{service_port(evaluation)}"
+    assert env["RDZV_ID"]["value"] == f"ddp-infra-{stack}-{workload['name']}"
+    rank_path = {
+        "statefulset": f"metadata.labels['{contract.POD_INDEX_LABEL}']",
+        "job": f"metadata.annotations['{contract.JOB_COMPLETION_INDEX_ANNOTATION}']",
+    }[kind]
+    assert env["NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == rank_path
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["WORKLOAD_KIND"]["value"] == kind
+
+
+@pulumi.runtime.test
+def test_torchrun_mirrors_equal_what_they_mirror(evaluation):
+    env = evaluation.container["env"]
+    defined: dict[str, str] = {}
+    for var in env:
+        if "value" in var:
+            # A $(NAME) reference only resolves to a variable defined earlier in the list.
+            for ref in re.findall(r"\$\((\w+)\)", var["value"]):
+                assert ref in defined, f"{var['name']} refers to {ref} before it is defined"
+        defined[var["name"]] = var.get("value", f"$({var['name']})")
+    for mirror, original in contract.PET_MIRRORS.items():
+        original_value = defined[original]
+        assert defined[mirror] in (original_value, f"$({original})"), mirror
+
+
+def service_port(evaluation: harness.Evaluation) -> int:
+    (port,) = evaluation.one(SERVICE).manifest["spec"]["ports"]
+    assert port["port"] == port["targetPort"]
+    return port["port"]
+
+
+@pulumi.runtime.test
+def test_gpus_shm_and_volumes(evaluation, stack):
+    values = stack_values(stack)
+    gpus = int(values.get("gpusPerNode", 0))
+    resources = evaluation.container["resources"]
+    if gpus:
+        assert resources["limits"]["nvidia.com/gpu"] == str(gpus)
+        assert resources["requests"]["nvidia.com/gpu"] == str(gpus)
+    else:
+        assert "nvidia.com/gpu" not in resources.get("limits", {})
+
+    volumes = {volume["name"]: volume for volume in evaluation.pod_spec["volumes"]}
+    mounts = {mount["mountPath"]: mount["name"] for mount in evaluation.container["volumeMounts"]}
+    shm = volumes[mounts[contract.SHM_MOUNT]]
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": values.get("shmSize", "1Gi")}
+
+    claims = {pvc.manifest["metadata"]["name"] for pvc in evaluation.of_type(PVC)}
+    expected_mounts = [contract.DATA_MOUNT, contract.OUT_MOUNT]
+    if "models" in values.get("storage", {}):
+        expected_mounts.append(contract.MODELS_MOUNT)
+    else:
+        assert contract.MODELS_MOUNT not in mounts
+    for path in expected_mounts:
+        assert volumes[mounts[path]]["persistentVolumeClaim"]["claimName"] in claims
+
+
+@pulumi.runtime.test
+def test_pods_run_restricted(evaluation, stack):
+    pod, container = evaluation.pod_spec, evaluation.container
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == pod["securityContext"]["runAsGroup"] == 1000
+    assert pod["securityContext"]["fsGroup"] == 1000
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    context = container["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"]["drop"] == ["ALL"]
+    infiniband = stack_values(stack).get("network", {}).get("infiniband", False)
+    assert context["capabilities"].get("add", []) == (["IPC_LOCK"] if infiniband else [])
+    mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+    assert "/tmp" in mounts and {"name": "HOME", "value": "/tmp"} in container["env"]
+    account = evaluation.one("kubernetes:core/v1:ServiceAccount").manifest
+    assert account["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+
+
+@pulumi.runtime.test
+def test_outputs_describe_the_world(evaluation, stack, nodes, kind):
+    outputs = evaluation.outputs
+    env = env_of(evaluation)
+    workload = evaluation.workload.manifest["metadata"]
+    assert outputs["nodes"] == nodes
+    assert outputs["worldSize"] == int(env["WORLD_SIZE"]["value"])
+    assert outputs["masterAddress"] == env["MASTER_ADDR"]["value"]
+    assert outputs["workloadName"] == workload["name"]
+    assert outputs["namespace"] == workload["namespace"]
+    assert f"-n {workload['namespace']}" in outputs["kubectlWatchPods"]
+    assert outputs["kubectlWatchPods"].endswith(" -w")
+    assert "logs -f" in outputs["kubectlFollowRank0"]
+    rank0 = f"{workload['name']}-0" if kind == "statefulset" else f"{contract.JOB_COMPLETION_INDEX_ANNOTATION}=0"
+    assert rank0 in outputs["kubectlFollowRank0"]
+
+
+@pulumi.runtime.test
+def test_every_object_is_wired_and_labelled(evaluation):
+    provider = evaluation.one("pulumi:providers:kubernetes")
+    components = {r.urn: r for r in evaluation.registered if not r.custom}
+    assert all(r.type.startswith("ddp-infra:training:") for r in components.values())
+    for resource in evaluation.registered:
+        if not resource.type.startswith("kubernetes:"):
+            continue
+        assert resource.provider.startswith(provider.urn), resource.name
+        assert resource.parent in components, f"{resource.name} is not parented to a component"
+        labels = resource.manifest["metadata"]["labels"]
+        assert {"app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"} <= labels.keys()
+        if resource.type != PVC and resource.type != "kubernetes:core/v1:Namespace":
+            assert set(RECOMMENDED_LABELS) <= labels.keys(), resource.name
+    pod_labels = evaluation.workload.manifest["spec"]["template"]["metadata"]["labels"]
+    assert set(RECOMMENDED_LABELS) <= pod_labels.keys()
+    namespace = evaluation.one("kubernetes:core/v1:Namespace")
+    for resource in evaluation.registered:
+        if resource.type.startswith("kubernetes:") and resource is not namespace:
+            assert namespace.urn in resource.dependencies, f"{resource.name} does not wait for its namespace"
+
+
+@pulumi.runtime.test
+def test_every_manifest_is_valid_kubernetes(evaluation):
+    for resource in evaluation.registered:
+        if resource.type.startswith("kubernetes:"):
+            kubernetes_validate.validate(resource.manifest, "1.31", strict=True)
+
+
+@pulumi.runtime.test
+def test_pods_start_only_after_what_they_mount_and_join(evaluation):
+    needed = [SERVICE, PVC, "kubernetes:core/v1:ServiceAccount"]
+    urns = {r.urn for r in evaluation.registered if r.type in needed}
+    assert urns and urns <= set(evaluation.workload.dependencies)
+
+
+# --- what must not change with nodes --------------------------------------------------------------
+
+def shape(evaluation: harness.Evaluation) -> list[tuple[str, str, str]]:
+    return sorted((r.type, r.name, r.parent) for r in evaluation.registered)
+
+
+def claims(evaluation: harness.Evaluation) -> list[tuple]:
+    return sorted(
+        (r.name, repr(r.inputs), r.protect, r.retain_on_delete) for r in evaluation.of_type(PVC)
+    )
+
+
+@pulumi.runtime.test
+def test_same_resources_and_identical_claims_whatever_nodes(stack, kind):
+    evaluations = [evaluated(stack, nodes, kind) for nodes in NODE_COUNTS]
+    reference = evaluations[0]
+    assert claims(reference), "the stack creates claims"
+    for other in evaluations[1:]:
+        assert shape(other) == shape(reference)
+        assert claims(other) == claims(reference)
+
+
+@pytest.mark.parametrize(
+    "pod_setting, value",
+    [
+        ("image.name", "registry.example.com/other:2"),
+        ("resources.requests.cpu", "3"),
+        ("shmSize", "2Gi"),
+        ("gpusPerNode", "4"),
+        ("workload.kind", "job"),
+        ("workload.name", "renamed"),
+        ("workload.waitForReady", "true"),
+        ("rendezvous.port", "29600"),
+        ("labels", {"team": "nlp"}),
+        ("env", {"EXTRA": "1"}),
+        ("scheduling.nodeSelector", {"pool": "gpu"}),
+    ],
+)
+@pulumi.runtime.test
+def test_no_pod_setting_touches_a_claim(pod_setting, value):
+    values = harness.stack_file_config("prod")
+    changed = harness.evaluate(harness.with_path(values, pod_setting, value), stack="prod")
+    assert changed.error is None, str(changed.error)
+    assert claims(changed) == claims(evaluated("prod", int(values["nodes"])))
+
+
+@pulumi.runtime.test
+def test_claims_are_retained_and_prod_outputs_protected():
+    prod = {r.name: r for r in evaluated("prod", 8).of_type(PVC)}
+    assert prod["storage-outputs"].protect and prod["storage-outputs"].retain_on_delete
+    assert all(claim.retain_on_delete for claim in prod.values())
+    namespace = evaluated("prod", 8).one("kubernetes:core/v1:Namespace")
+    # Deleting the namespace would delete its claims: it is kept and protected with them.
+    assert namespace.protect and namespace.retain_on_delete
+    assert not any(claim.protect for claim in evaluated("dev", 4).of_type(PVC))
+
+
+@pulumi.runtime.test
+def test_existing_claims_and_namespace_are_used_not_managed():
+    values = harness.stack_file_config("prod")
+    values = harness.with_path(values, "namespace", {"name": "shared", "create": False})
+    values = harness.with_path(values, "storage", {"datasets": {"claimName": "corpus", "create": False}})
+    evaluation = harness.evaluate(values, stack="prod")
+    assert evaluation.error is None, str(evaluation.error)
+    assert not evaluation.of_type("kubernetes:core/v1:Namespace")
+    assert [r.manifest["metadata"]["name"] for r in evaluation.of_type(PVC)] == ["outputs-pvc"]
+    volumes = {v["name"]: v for v in evaluation.pod_spec["volumes"]}
+    assert volumes["datasets"]["persistentVolumeClaim"]["claimName"] == "corpus"
+    assert evaluation.workload.manifest["metadata"]["namespace"] == "shared"
+
+
+@pytest.mark.parametrize("wait", [False, True])
+@pulumi.runtime.test
+def test_waiting_for_pods_is_a_choice(wait):
+    values = harness.with_path(harness.stack_file_config("dev"), "workload.waitForReady", str(wait).lower())
+    values = harness.with_path(values, "workload.readyTimeout", "45m")
+    workload = harness.evaluate(values).workload
+    annotations = workload.manifest["metadata"].get("annotations", {})
+    if wait:
+        assert "pulumi.com/skipAwait" not in annotations
+        assert workload.custom_timeouts == {"create": "45m", "update": "45m"}
+    else:
+        assert annotations["pulumi.com/skipAwait"] == "true"
+        assert workload.custom_timeouts == {}
