@@ -142,3 +142,19 @@ JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes in every Inde
 def master_dns_name(workload_name: str, service_name: str, namespace: str) -> str:
     """Pod 0's stable DNS name behind the headless Service."""
     return f"{workload_name}-0.{service_name}.{namespace}.svc.cluster.local"
+
+
+# --- the training image (trainer/Dockerfile) ------------------------------------------------
+# The user the image runs as; the pod's runAsUser / runAsGroup / fsGroup must match.
+IMAGE_UID = 1000
+IMAGE_GID = 1000
+# The container command and the default args (what a user would write after `torchrun`).
+ENTRYPOINT_COMMAND: tuple[str, ...] = ("python", "-m", "trainer.entrypoint")
+DEFAULT_TRAIN_ARGS: tuple[str, ...] = (
+    "-m", "trainer.train", "smoke",
+    "--epochs", "2", "--batch", "256", "--samples", "4096", "--features", "128", "--classes", "4",
+    "--lr", "3e-3", "--seed", "42",
+)  # fmt: skip
+# Exit statuses of the entrypoint before it execs torchrun (after that, torchrun's own).
+EXIT_BAD_ENV = 2  # the pod env does not describe a world; the message lists every problem
+EXIT_PREFLIGHT_FAILED = 3  # the master never became reachable, or the pod lacks its GPUs

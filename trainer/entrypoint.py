@@ -12,14 +12,12 @@ import socket
 import sys
 from typing import Sequence
 
+from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED
 from trainer.launch import ArgsError, torchrun_argv
 from trainer.preflight import FAIL, preflight
 from trainer.world import World, WorldError, resolve_world
 
 __all__ = ["World", "WorldError", "resolve_world", "torchrun_argv", "main"]
-
-EXIT_BAD_ENV = 2
-EXIT_PREFLIGHT_FAILED = 3
 
 
 def main(user_args: Sequence[str]) -> int:

@@ -33,7 +33,6 @@ def torchrun_argv(world: World, user_args: Sequence[str], python: str = sys.exec
         python, "-m", "torch.distributed.run",
         f"--nnodes={world.nnodes}",
         f"--nproc-per-node={world.nproc_per_node}",
-        f"--node-rank={world.node_rank}",
         f"--rdzv-backend={world.rdzv_backend}",
         f"--rdzv-endpoint={world.rdzv_endpoint}",
         f"--rdzv-id={world.rdzv_id}",
@@ -41,7 +40,8 @@ def torchrun_argv(world: World, user_args: Sequence[str], python: str = sys.exec
         f"--max-restarts={world.max_restarts}",
     ]  # fmt: skip
     if world.rdzv_backend == "static":
-        argv += [f"--master-addr={world.master_addr}", f"--master-port={world.master_port}"]
+        # only the static backend takes the node rank as given (c10d and etcd assign ranks by arrival)
+        argv += [f"--node-rank={world.node_rank}", f"--master-addr={world.master_addr}", f"--master-port={world.master_port}"]
     return argv + list(user_args)
 
 

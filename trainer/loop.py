@@ -177,7 +177,8 @@ class Trainer:
                     "best": f"epoch-{self.progress.best_epoch}"}  # fmt: skip
         summary = {**last, "run": self.run_name, "steps": self.progress.global_step, "params_sum": self.params_sum(),
                    "seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
-        self.log("[DONE] " + " ".join(f"{k}={v}" for k, v in summary.items()))
+        # every rank reports: equal lines across ranks show the replicas ended identical
+        print(f"[DONE] rank={self.d.rank} " + " ".join(f"{k}={v}" for k, v in summary.items()), flush=True)
         return summary
 
     def _train_epoch(self) -> None:

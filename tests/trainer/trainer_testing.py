@@ -1,0 +1,110 @@
+"""Helpers for the trainer's tests: pod envs, free ports, processes and their logs."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trainer import contract as c
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+SMOKE_ARGS = list(c.DEFAULT_TRAIN_ARGS)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's env without any contract variable, single-threaded, with the repo importable."""
+    names = {v.name for v in c.ALL} | {c.LEGACY_POD_NUMS, c.LEGACY_POD_PORT, c.LEGACY_JOB_NAME, c.JOB_COMPLETION_INDEX}
+    env = {k: v for k, v in os.environ.items() if k not in names and not k.startswith(("PET_", "TORCHELASTIC_"))}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
+    env.update(extra)
+    return env
+
+
+def pod_env(
+    pod_name: str,
+    port: int,
+    nnodes: int = 2,
+    nproc: int = 1,
+    backend: str = "c10d",
+    kind: str = c.STATEFULSET,
+    node_rank: str = "",
+    run_name: str = "run",
+    **extra: str,
+) -> dict[str, str]:
+    """The env the Pulumi program gives a pod, written with the contract's names only."""
+    values = {
+        c.NNODES: str(nnodes), c.NPROC_PER_NODE: str(nproc), c.WORLD_SIZE: str(nnodes * nproc),
+        c.NODE_RANK: node_rank, c.MASTER_ADDR: "127.0.0.1", c.MASTER_PORT: str(port),
+        c.RDZV_BACKEND: backend, c.RDZV_ID: "test-run", c.RDZV_JOIN_TIMEOUT: "60", c.RDZV_READ_TIMEOUT: "60",
+        c.MAX_RESTARTS: "0", c.MASTER_WAIT_TIMEOUT: "60", c.POD_NAME: pod_name, c.POD_NAMESPACE: "ml",
+        c.SVC_NAME: "ddp", c.WORKLOAD_KIND: kind, c.WORKLOAD_NAME: pod_name.rsplit("-", 1)[0],
+        c.RUN_NAME: run_name,
+    }  # fmt: skip
+    env = {var.name: value for var, value in values.items()}
+    for mirror, original in c.PET_MIRRORS.items():
+        env[mirror] = env[original]
+    env[c.PET_RDZV_ENDPOINT.name] = f"127.0.0.1:{port}"
+    env.update(extra)
+    return env
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (torchrun puts its workers in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+class Proc:
+    def __init__(self, popen: subprocess.Popen, log: Path):
+        self.popen, self.log = popen, log
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.log.name} still running after {timeout} s; log:\n{self.text()[-4000:]}")
+
+    def wait_for(self, predicate, timeout: float, what: str) -> None:
+        """Poll until predicate(log text) holds; fail with the log if the process ends or time runs out."""
+        deadline = time.monotonic() + timeout
+        while not predicate(self.text()):
+            if self.popen.poll() is not None and not predicate(self.text()):
+                raise AssertionError(f"{self.log.name} exited ({self.popen.returncode}) before {what}:\n{self.text()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {what} within {timeout} s in {self.log.name}:\n{self.text()[-4000:]}")
+            time.sleep(0.05)
+
+
+
+def done_lines(text: str) -> list[dict[str, str]]:
+    """The `[DONE] k=v ...` lines of a log, parsed."""
+    return [dict(field.split("=", 1) for field in line.split()[1:]) for line in text.splitlines() if line.startswith("[DONE]")]
