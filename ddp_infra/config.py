@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Callable, Literal, Optional
 
 import pulumi
+from pulumi.runtime import config as runtime_config
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -425,6 +426,8 @@ class ConfigError(Exception):
 def _full_key(path: list[str | int]) -> str:
     key = ""
     for part in path:
+        if part == "[key]":  # pydantic's marker for a bad map key: the key itself is named
+            continue
         if isinstance(part, int):
             key += f"[{part}]"
         elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", str(part)):
@@ -552,7 +555,8 @@ def load(config: Optional[pulumi.Config] = None) -> StackConfig:
     config = config or pulumi.Config(PROJECT)
     raw: dict[str, Any] = {}
     problems: list[Problem] = []
-    for key in _FIELD_ADAPTERS:
+    unknown = sorted(_stored_keys() - set(_FIELD_ADAPTERS) - {_HF_TOKEN_KEY})
+    for key in [*_FIELD_ADAPTERS, *unknown]:
         stored = config.get(key)
         if stored is None:
             continue
@@ -568,6 +572,16 @@ def load(config: Optional[pulumi.Config] = None) -> StackConfig:
     if problems:
         raise ConfigError(problems)
     return parsed
+
+
+def _stored_keys() -> set[str]:
+    """The project's keys the engine passed, so a typo (`node` for `nodes`) is reported.
+
+    The SDK has no public listing: this reads the map `set_all_config` fills.
+    """
+    stored = set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
+    prefix = f"{PROJECT}:"
+    return {key[len(prefix):] for key in stored if key.startswith(prefix)}
 
 
 def _read_hf_token(config: pulumi.Config, problems: list[Problem]) -> Optional[pulumi.Output]:

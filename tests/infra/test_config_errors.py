@@ -1,0 +1,104 @@
+"""Malformed configs: each is refused with one error naming the key, the value and what is
+allowed, and nothing is registered (so a bad `pulumi preview` or `pulumi up` creates nothing)."""
+
+from __future__ import annotations
+
+import pulumi
+import pytest
+
+import harness
+
+DELETE = harness.DELETE
+
+# (test id, {config path: value}, the full key the error must name, text of the value given)
+MALFORMED = [
+    ("nodes-zero", {"nodes": "0"}, "ddp-infra:nodes", "'0'"),
+    ("nodes-too-many", {"nodes": "1025"}, "ddp-infra:nodes", "'1025'"),
+    ("nodes-not-a-number", {"nodes": "sixty-four"}, "ddp-infra:nodes", "'sixty-four'"),
+    ("nodes-fraction", {"nodes": "4.5"}, "ddp-infra:nodes", "'4.5'"),
+    ("gpus-negative", {"gpusPerNode": "-1"}, "ddp-infra:gpusPerNode", "'-1'"),
+    ("gpus-too-many", {"gpusPerNode": "17"}, "ddp-infra:gpusPerNode", "'17'"),
+    ("procs-differ-from-gpus", {"gpusPerNode": "8", "procsPerNode": "2"}, "ddp-infra:procsPerNode", "2"),
+    ("image-missing", {"image": DELETE}, "ddp-infra:image", "(not set)"),
+    ("image-not-an-object", {"image": "ddp-trainer:dev"}, "ddp-infra:image", "'ddp-trainer:dev'"),
+    ("image-name-empty", {"image.name": ""}, "ddp-infra:image.name", "''"),
+    ("pull-policy", {"image.pullPolicy": "Sometimes"}, "ddp-infra:image.pullPolicy", "'Sometimes'"),
+    ("pull-secret-name", {"image.pullSecrets": ["Registry_Creds"]}, "ddp-infra:image.pullSecrets[0]", "'Registry_Creds'"),
+    ("namespace-name", {"namespace.name": "Team_A"}, "ddp-infra:namespace.name", "'Team_A'"),
+    ("namespace-create", {"namespace.create": "maybe"}, "ddp-infra:namespace.create", "'maybe'"),
+    ("claim-size", {"storage.outputs.size": "lots"}, "ddp-infra:storage.outputs.size", "'lots'"),
+    ("access-mode", {"storage.outputs.accessMode": "RWX"}, "ddp-infra:storage.outputs.accessMode", "'RWX'"),
+    ("storage-class", {"storage.outputs.storageClass": "Fast SSD"}, "ddp-infra:storage.outputs.storageClass", "'Fast SSD'"),
+    ("size-on-existing-claim", {"storage.datasets.create": "false"}, "ddp-infra:storage.datasets.size", "'5Gi'"),
+    ("models-without-size", {"storage.models": {}}, "ddp-infra:storage.models.size", "(not set)"),
+    ("one-pod-claim-many-nodes", {"storage.outputs.accessMode": "ReadWriteOncePod", "nodes": "4"},
+     "ddp-infra:storage.outputs.accessMode", "'ReadWriteOncePod'"),
+    ("unknown-nested-key", {"storage.outputs.sise": "1Gi"}, "ddp-infra:storage.outputs.sise", "'1Gi'"),
+    ("request-above-limit", {"resources.requests.memory": "16Gi"}, "ddp-infra:resources.requests.memory", "'16Gi'"),
+    ("cpu-quantity", {"resources.limits.cpu": "two"}, "ddp-infra:resources.limits.cpu", "'two'"),
+    ("gpu-as-extended", {"resources.extended": {"nvidia.com/gpu": "1"}}, "ddp-infra:resources.extended", "nvidia.com/gpu"),
+    ("shm-above-memory", {"shmSize": "8Gi"}, "ddp-infra:shmSize", "'8Gi'"),
+    ("shm-quantity", {"shmSize": "big"}, "ddp-infra:shmSize", "'big'"),
+    ("nccl-debug", {"network.ncclDebug": "LOUD"}, "ddp-infra:network.ncclDebug", "'LOUD'"),
+    ("socket-ifname", {"network.socketIfname": "eth0 eth1"}, "ddp-infra:network.socketIfname", "'eth0 eth1'"),
+    ("rdzv-port", {"rendezvous.port": "80"}, "ddp-infra:rendezvous.port", "'80'"),
+    ("rdzv-backend", {"rendezvous.backend": "zmq"}, "ddp-infra:rendezvous.backend", "'zmq'"),
+    ("etcd-without-endpoint", {"rendezvous.backend": "etcd-v2"}, "ddp-infra:rendezvous.endpoint", "(not set)"),
+    ("join-timeout", {"rendezvous.joinTimeoutSeconds": "0"}, "ddp-infra:rendezvous.joinTimeoutSeconds", "'0'"),
+    ("no-train-args", {"run.args": []}, "ddp-infra:run.args", "[]"),
+    ("run-name-path", {"run.name": "../escape"}, "ddp-infra:run.name", "'../escape'"),
+    ("workload-kind", {"workload.kind": "deployment"}, "ddp-infra:workload.kind", "'deployment'"),
+    ("workload-name-long", {"workload.name": "t" * 53}, "ddp-infra:workload.name", "'ttt"),
+    ("ready-timeout", {"workload.readyTimeout": "soon"}, "ddp-infra:workload.readyTimeout", "'soon'"),
+    ("toleration-exists-value", {"scheduling.tolerations": [{"operator": "Exists", "value": "x"}]},
+     "ddp-infra:scheduling.tolerations[0].value", "'x'"),
+    ("affinity-typo", {"scheduling.affinity": {"nodeAfinity": {}}}, "ddp-infra:scheduling.affinity", "nodeAfinity"),
+    ("spread-rule", {"scheduling.topologySpread.whenUnsatisfiable": "Never"},
+     "ddp-infra:scheduling.topologySpread.whenUnsatisfiable", "'Never'"),
+    ("reserved-label", {"labels": {"app.kubernetes.io/name": "x"}}, 'ddp-infra:labels["app.kubernetes.io/name"]', "'x'"),
+    ("label-value", {"labels": {"team": "has space"}}, "ddp-infra:labels.team", "'has space'"),
+    ("contract-env", {"env": {"NNODES": "3"}}, "ddp-infra:env.NNODES", "'3'"),
+    ("env-name", {"env": {"1BAD": "x"}}, 'ddp-infra:env["1BAD"]', "'1BAD'"),
+    ("object-not-json", {"labels": "{team: nlp"}, "ddp-infra:labels", "'{team: nlp'"),
+    ("unknown-key", {"node": "4"}, "ddp-infra:node", "'4'"),
+    ("render-dir-empty", {"kubernetes.renderDir": ""}, "ddp-infra:kubernetes.renderDir", "''"),
+]
+
+
+def malformed(changes: dict) -> dict:
+    values = harness.stack_file_config("dev")
+    for path, value in changes.items():
+        values = harness.with_path(values, path, value)
+    return values
+
+
+@pytest.mark.parametrize("changes, key, given", [case[1:] for case in MALFORMED], ids=[case[0] for case in MALFORMED])
+@pulumi.runtime.test
+def test_malformed_config_is_refused_before_anything_is_registered(changes, key, given):
+    evaluation = harness.evaluate(malformed(changes))
+    assert evaluation.error is not None, "the config was accepted"
+    assert evaluation.registered == []
+    lines = [line.strip() for line in str(evaluation.error).splitlines()[1:]]
+    line = next((line for line in lines if line.startswith(f"{key}:")), None)
+    assert line, f"no line for {key} in:\n{evaluation.error}"
+    assert given in line
+    assert "; allowed: " in line and not line.endswith("allowed: ")
+
+
+@pulumi.runtime.test
+def test_every_problem_is_reported_at_once():
+    changes = {"nodes": "0", "image.pullPolicy": "Sometimes", "shmSize": "big", "rendezvous.port": "80"}
+    evaluation = harness.evaluate(malformed(changes))
+    assert evaluation.registered == []
+    assert {problem.key for problem in evaluation.error.problems} == {
+        "ddp-infra:nodes", "ddp-infra:image.pullPolicy", "ddp-infra:shmSize", "ddp-infra:rendezvous.port",
+    }
+
+
+@pulumi.runtime.test
+def test_the_cli_string_form_of_numbers_and_booleans_is_accepted():
+    values = malformed({"nodes": "64", "workload.waitForReady": "true", "namespace.create": "false"})
+    evaluation = harness.evaluate(values)
+    assert evaluation.error is None, str(evaluation.error)
+    assert evaluation.outputs["nodes"] == 64
+    assert not evaluation.of_type("kubernetes:core/v1:Namespace")
