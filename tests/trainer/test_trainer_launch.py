@@ -1,0 +1,82 @@
+"""torchrun_argv: the world's flags first, the user's arguments after them verbatim."""
+
+from __future__ import annotations
+
+import pytest
+from trainer_testing import SMOKE_ARGS, pod_env
+
+from trainer import contract as c
+from trainer.entrypoint import resolve_world, torchrun_argv
+from trainer.launch import ArgsError
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def world(pod: str = "w-1", backend: str = "c10d", **extra: str):
+    return resolve_world(pod_env(pod, 29500, nnodes=2, nproc=4, backend=backend, **extra), pod)
+
+
+def flags(argv: list[str]) -> dict[str, str]:
+    return dict(arg[2:].split("=", 1) for arg in argv if arg.startswith("--") and "=" in arg)
+
+
+def test_c10d_argv_carries_the_world_and_user_args_verbatim():
+    argv = torchrun_argv(world(), SMOKE_ARGS, python="python")
+    assert argv[:3] == ["python", "-m", "torch.distributed.run"]
+    assert argv[-len(SMOKE_ARGS) :] == SMOKE_ARGS
+    head = flags(argv[: -len(SMOKE_ARGS)])
+    assert head == {
+        "nnodes": "2", "nproc-per-node": "4", "rdzv-backend": "c10d", "rdzv-endpoint": "127.0.0.1:29500",
+        "rdzv-id": "test-run", "max-restarts": "0",
+        "rdzv-conf": "join_timeout=60,last_call_timeout=30,close_timeout=30,read_timeout=60,is_host=0",
+    }  # fmt: skip
+
+
+def test_node_zero_hosts_the_c10d_store():
+    assert "is_host=1" in flags(torchrun_argv(world("w-0"), ["x.py"]))["rdzv-conf"]
+
+
+def test_static_passes_node_rank_master_and_its_timeout():
+    head = flags(torchrun_argv(world("w-1", backend="static"), ["train.py"]))
+    assert head["node-rank"] == "1"
+    assert (head["master-addr"], head["master-port"]) == ("127.0.0.1", "29500")
+    assert head["rdzv-conf"] == "timeout=60"
+
+
+def test_etcd_gets_its_endpoint_and_no_c10d_only_settings():
+    w = world("w-1", backend="etcd-v2", **{c.RDZV_ENDPOINT.name: "etcd:2379", c.PET_RDZV_ENDPOINT.name: "etcd:2379"})
+    head = flags(torchrun_argv(w, ["train.py"]))
+    assert head["rdzv-endpoint"] == "etcd:2379"
+    assert "is_host" not in head["rdzv-conf"] and "read_timeout" not in head["rdzv-conf"]
+
+
+def test_timeouts_and_restarts_reach_torchrun():
+    w = world(**{c.RDZV_JOIN_TIMEOUT.name: "1800", c.RDZV_READ_TIMEOUT.name: "240", c.MAX_RESTARTS.name: "5",
+                 c.PET_MAX_RESTARTS.name: "5"})  # fmt: skip
+    head = flags(torchrun_argv(w, ["train.py"]))
+    assert "join_timeout=1800" in head["rdzv-conf"] and "read_timeout=240" in head["rdzv-conf"]
+    assert head["max-restarts"] == "5"
+
+
+def test_script_flags_that_look_like_torchrun_flags_are_the_scripts():
+    user = ["train.py", "--nnodes", "9", "--master-port=1"]
+    assert torchrun_argv(world(), user)[-4:] == user
+
+
+@pytest.mark.parametrize(
+    "user",
+    [
+        ["--nnodes=4", "train.py"],
+        ["--nproc_per_node", "8", "train.py"],
+        ["--log-dir", "/tmp/x", "--rdzv-id=other", "-m", "trainer.train"],
+        ["--standalone", "train.py"],
+    ],
+)
+def test_user_torchrun_flags_that_would_contradict_the_pod_env_are_refused(user):
+    with pytest.raises(ArgsError, match="pod env"):
+        torchrun_argv(world(), user)
+
+
+def test_harmless_torchrun_flags_pass():
+    user = ["--log-dir", "/tmp/logs", "--tee", "3", "-m", "trainer.train", "smoke"]
+    assert torchrun_argv(world(), user)[-len(user) :] == user

@@ -1,0 +1,111 @@
+"""Preflight checks against real sockets, a real statvfs and a fake /dev."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+from trainer_testing import free_port
+
+from trainer import contract as c
+from trainer.preflight import FAIL, OK, WARN, check_gpus, check_shm, choose_interface, visible_gpus, wait_for_endpoint
+
+
+def listen_later(port: int, delay_s: float) -> threading.Thread:
+    """A listener that appears after a delay, as pod 0's store does; it accepts one probe and closes."""
+
+    def serve():
+        time.sleep(delay_s)
+        with socket.socket() as server:
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            server.bind(("127.0.0.1", port))
+            server.listen()
+            server.settimeout(20)
+            conn, _ = server.accept()
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.timeout(30)
+def test_waits_for_a_port_that_opens_late():
+    port = free_port()
+    server = listen_later(port, delay_s=1.5)
+    lines: list[str] = []
+    check = wait_for_endpoint("localhost", port, deadline_s=20, log=lines.append, first_delay_s=0.1, max_delay_s=0.4)
+    server.join(5)
+    assert check.status == OK, check
+    assert any("TCP connect failed" in line for line in lines), "the refused attempts should have been logged"
+
+
+@pytest.mark.timeout(30)
+def test_a_name_that_resolves_is_not_enough_when_the_port_is_closed():
+    check = wait_for_endpoint("localhost", free_port(), deadline_s=1.0, log=lambda _: None, first_delay_s=0.1)
+    assert check.status == FAIL
+    assert "TCP connect still failing" in check.detail
+    assert "pod 0's log" in check.advice
+
+
+@pytest.mark.timeout(30)
+def test_an_unresolvable_master_fails_at_the_deadline_with_dns_advice():
+    check = wait_for_endpoint("pod-0.missing.invalid", 29500, deadline_s=1.0, log=lambda _: None, first_delay_s=0.1)
+    assert check.status == FAIL
+    assert "DNS lookup still failing" in check.detail
+    assert c.MASTER_WAIT_TIMEOUT.name in check.advice and "publishes not-ready addresses" in check.advice
+
+
+@pytest.mark.timeout(10)
+def test_interface_is_the_route_to_the_master():
+    check, settings = choose_interface({}, "127.0.0.1", 29500)
+    assert check.status == OK
+    assert settings == {c.NCCL_SOCKET_IFNAME.name: "lo", c.GLOO_SOCKET_IFNAME.name: "lo"}
+
+
+@pytest.mark.timeout(10)
+def test_an_interface_set_in_the_pod_env_is_kept():
+    check, settings = choose_interface({c.NCCL_SOCKET_IFNAME.name: "eth9"}, "127.0.0.1", 29500)
+    assert settings == {c.GLOO_SOCKET_IFNAME.name: "lo"}
+    both = {c.NCCL_SOCKET_IFNAME.name: "eth9", c.GLOO_SOCKET_IFNAME.name: "eth9"}
+    check, settings = choose_interface(both, "127.0.0.1", 29500)
+    assert (check.status, settings) == (OK, {})
+
+
+@pytest.mark.timeout(10)
+def test_shm_size_against_the_minimum_and_the_size_asked_for(tmp_path):
+    stats = os.statvfs(tmp_path)
+    size = stats.f_frsize * stats.f_blocks
+    assert check_shm(str(tmp_path), minimum=size).status == OK
+    small = check_shm(str(tmp_path), minimum=size + 1)
+    assert small.status == WARN and "medium: Memory" in small.advice
+    short = check_shm(str(tmp_path), minimum=1, expected=size * 2)
+    assert short.status == WARN and c.SHM_SIZE_BYTES.name in short.detail
+    assert check_shm(str(tmp_path / "absent")).status == FAIL
+
+
+@pytest.fixture
+def fake_dev(tmp_path):
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "null"):
+        (tmp_path / name).touch()
+    return str(tmp_path)
+
+
+@pytest.mark.timeout(10)
+def test_visible_gpus_counts_device_nodes_narrowed_by_cuda_visible_devices(fake_dev):
+    assert visible_gpus(fake_dev, env={}) == 2
+    assert visible_gpus(fake_dev, env={"CUDA_VISIBLE_DEVICES": "1"}) == 1
+    assert visible_gpus(fake_dev, env={"CUDA_VISIBLE_DEVICES": ""}) == 0
+
+
+@pytest.mark.timeout(10)
+def test_gpu_check_fails_when_the_pod_lacks_what_it_asked_for(fake_dev):
+    assert check_gpus(2, 2, fake_dev, env={}).status == OK
+    missing = check_gpus(4, 4, fake_dev, env={})
+    assert missing.status == FAIL and "nvidia.com/gpu" in missing.advice
+    assert check_gpus(2, 3, fake_dev, env={}).status == FAIL
+    assert check_gpus(0, 2, fake_dev, env={}).status == OK
+    assert check_gpus(None, 1, fake_dev, env={}).status == OK
