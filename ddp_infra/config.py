@@ -60,6 +60,7 @@ def _pattern(regex: str, allowed: str) -> Callable[[str], str]:
             raise PydanticCustomError("pattern", "{allowed}", {"allowed": allowed})
         return value
 
+    check.allowed = allowed  # type: ignore[attr-defined]  # shown in the config reference
     return check
 
 
@@ -315,11 +316,13 @@ class WorkloadConfig(_Model):
 
 
 class Toleration(_Model):
-    key: Optional[LabelKey] = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: Optional[LabelValue] = None
-    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = None
-    toleration_seconds: Optional[int] = Field(None, ge=0)
+    key: Optional[LabelKey] = Field(None, description="Taint key (unset with Exists: every taint).")
+    operator: Literal["Exists", "Equal"] = Field("Equal", description="How value is matched.")
+    value: Optional[LabelValue] = Field(None, description="Taint value (Equal only).")
+    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(
+        None, description="Taint effect (unset: every effect)."
+    )
+    toleration_seconds: Optional[int] = Field(None, ge=0, description="NoExecute: seconds the pod stays.")
 
     @model_validator(mode="after")
     def _exists_has_no_value(self) -> "Toleration":

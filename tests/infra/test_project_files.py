@@ -1,0 +1,89 @@
+"""Pulumi.yaml, __main__.py and the README's config reference agree with the config model."""
+
+from __future__ import annotations
+
+import importlib.util
+import runpy
+
+import pulumi
+import pytest
+import yaml
+
+import harness
+from ddp_infra.config import StackConfig
+
+PULUMI_TYPES = {int: "integer", bool: "boolean", str: "string"}
+
+
+def project() -> dict:
+    return yaml.safe_load((harness.REPO / "Pulumi.yaml").read_text())
+
+
+@pulumi.runtime.test
+def test_project_runs_python_from_the_venv_with_stacks_in_their_dir():
+    document = project()
+    assert document["name"] == harness.PROJECT
+    assert document["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": ".venv"}}
+    assert document["stackConfigDir"] == "stacks"
+
+
+@pulumi.runtime.test
+def test_every_model_key_is_declared_with_its_type_description_and_default():
+    declared = project()["config"]
+    fields = {field.alias: (name, field) for name, field in StackConfig.model_fields.items()}
+    assert list(declared) == list(fields)
+    for key, (name, field) in fields.items():
+        declaration = declared[key]
+        assert declaration["description"] == field.description, key
+        if key == "hfToken":
+            # Declared as a plain string with an empty default: a `secret: true` declaration would
+            # make every stack set it; the program refuses a token that is not stored as a secret.
+            assert declaration == {"type": "string", "description": field.description, "default": ""}
+            continue
+        assert declaration["type"] == PULUMI_TYPES.get(field.annotation, "object"), key
+        if field.is_required():
+            assert "default" not in declaration, key
+        elif declaration["type"] == "object":
+            # {} must mean exactly the model's defaults.
+            assert declaration["default"] == {}
+            assert getattr(harness.stack_config.parse({key: {}, "image": {"name": "x"}}), name) == field.default
+        else:
+            assert declaration["default"] == field.default, key
+
+
+@pytest.mark.parametrize("stack", harness.STACKS)
+@pulumi.runtime.test
+def test_main_exports_the_outputs(stack):
+    monitor = harness.RecordingMonitor(harness.EchoMocks())
+    pulumi.runtime.set_mocks(harness.EchoMocks(), project=harness.PROJECT, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config(harness.engine_config(harness.stack_file_config(stack)))
+    runpy.run_path(str(harness.REPO / "__main__.py"))
+    exported = pulumi.runtime.settings.get_root_resource().outputs
+    assert {"namespace", "workloadName", "masterAddress", "nodes", "worldSize", "kubectlWatchPods",
+            "kubectlFollowRank0"} <= exported.keys()
+
+
+@pulumi.runtime.test
+def test_dev_renders_manifests_under_the_project_and_prod_applies_them():
+    dev_provider = harness.evaluate(harness.stack_file_config("dev")).one("pulumi:providers:kubernetes")
+    assert dev_provider.inputs["renderYamlToDirectory"] == str(harness.REPO / "rendered" / "dev")
+    prod = harness.evaluate(harness.stack_file_config("prod"), stack="prod")
+    assert "renderYamlToDirectory" not in prod.one("pulumi:providers:kubernetes").inputs
+
+
+def config_reference():
+    spec = importlib.util.spec_from_file_location("config_reference", harness.REPO / "scripts" / "config_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pulumi.runtime.test
+def test_readme_config_reference_is_generated_from_the_model():
+    reference = config_reference()
+    readme = (harness.REPO / "README.md").read_text()
+    if reference.START not in readme:
+        pytest.skip("README.md has no config-reference markers yet")
+    assert reference.region(readme) == reference.table(), "run scripts/config_reference.py --write README.md"
+    keys = [row[0] for row in reference.rows()]
+    assert {"nodes", "storage.outputs.protect", "workload.waitForReady", "hfToken"} <= set(keys)
