@@ -574,7 +574,21 @@ def load(config: Optional[pulumi.Config] = None) -> StackConfig:
         raise ConfigError(problems + error.problems) from None
     if problems:
         raise ConfigError(problems)
+    _warn_about_single_node_claims(parsed)
     return parsed
+
+
+def _warn_about_single_node_claims(config: StackConfig) -> None:
+    """ReadWriteOnce binds every pod of a claim to one node: fine on a one-node dev cluster,
+    a scheduling dead end for a multi-node GPU world. A warning, not an error, for that reason."""
+    if config.nodes == 1:
+        return
+    for role, volume in config.storage.volumes().items():
+        if volume.create and volume.access_mode == "ReadWriteOnce":
+            pulumi.log.warn(
+                f"{_full_key(['storage', role, 'accessMode'])} is ReadWriteOnce with nodes={config.nodes}: "
+                "all pods must then share one Kubernetes node; use ReadWriteMany on a multi-node cluster"
+            )
 
 
 def _stored_keys() -> set[str]:

@@ -1,0 +1,73 @@
+"""The pure pod-env and manifest functions, called directly (no Pulumi resources)."""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+
+import pulumi
+import pytest
+
+import harness
+from ddp_infra import config as stack_config
+from ddp_infra import workload
+from ddp_infra.world import World
+
+
+def env_for(**changes) -> dict[str, dict]:
+    values = harness.stack_file_config("prod")
+    for path, value in changes.items():
+        values = harness.with_path(values, path.replace("__", "."), value)
+    parsed = stack_config.parse(values)
+    world = World.from_config(parsed, harness.PROJECT, "prod")
+    return {var["name"]: var for var in workload.pod_env(parsed, world)}
+
+
+@pulumi.runtime.test
+def test_socket_interface_goes_to_nccl_and_gloo():
+    env = env_for(network__socketIfname="^lo,docker0")
+    assert env["NCCL_SOCKET_IFNAME"]["value"] == env["GLOO_SOCKET_IFNAME"]["value"] == "^lo,docker0"
+    assert "NCCL_SOCKET_IFNAME" not in env_for(network={"infiniband": True})
+
+
+@pytest.mark.parametrize("infiniband, disabled", [(True, "0"), (False, "1")])
+@pulumi.runtime.test
+def test_infiniband_switch(infiniband, disabled):
+    assert env_for(network__infiniband=infiniband)["NCCL_IB_DISABLE"]["value"] == disabled
+
+
+@pulumi.runtime.test
+def test_etcd_endpoint_replaces_pod_zero_as_rendezvous_store():
+    env = env_for(rendezvous={"backend": "etcd-v2", "endpoint": "etcd.infra:2379"})
+    assert env["RDZV_ENDPOINT"]["value"] == env["PET_RDZV_ENDPOINT"]["value"] == "etcd.infra:2379"
+    assert env["PET_RDZV_BACKEND"]["value"] == "etcd-v2"
+
+
+@pulumi.runtime.test
+def test_shm_size_models_dir_and_extra_env():
+    env = env_for(shmSize="3Gi", env={"EXTRA_FLAG": "$(NODE_RANK)-x"})
+    assert env["SHM_SIZE_BYTES"]["value"] == str(3 * 2**30)
+    assert env["MODELS_DIR"]["value"] == "/models"
+    assert list(env)[-1] == "EXTRA_FLAG"
+    assert "MODELS_DIR" not in env_for(storage={"datasets": {"size": "1Gi"}})
+
+
+@pulumi.runtime.test
+def test_run_name_is_stable_and_defaults_to_the_workload():
+    assert env_for(nodes="64")["RUN_NAME"] == env_for(nodes="4")["RUN_NAME"]
+    assert env_for(run={"name": None}, workload__name="llm")["RUN_NAME"]["value"] == "llm"
+
+
+@pytest.mark.parametrize("text, amount", [("500m", "0.5"), ("8Gi", 8 * 2**30), ("100G", 10**11), ("1e3", 1000), ("4", 4)])
+@pulumi.runtime.test
+def test_quantities(text, amount):
+    assert stack_config.parse_quantity(text) == Decimal(amount)
+
+
+@pulumi.runtime.test
+def test_single_node_claims_on_many_nodes_are_warned_about(caplog):
+    values = harness.with_path(harness.stack_file_config("dev"), "nodes", "4")
+    with caplog.at_level(logging.WARNING):
+        evaluation = harness.evaluate(values)
+    assert evaluation.error is None
+    assert "ddp-infra:storage.outputs.accessMode is ReadWriteOnce with nodes=4" in caplog.text
