@@ -474,7 +474,7 @@ _FIELD_ADAPTERS = {
 
 
 def _cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
-    """Rules that relate several top-level keys; each runs only if its keys are valid."""
+    """Rules about whole keys or several keys at once; each runs only on keys that are valid."""
     problems: list[Problem] = []
 
     def have(*keys: str) -> bool:

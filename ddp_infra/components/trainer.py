@@ -12,6 +12,10 @@ Whether `pulumi up` waits for the pods (`workload.waitForReady`, default false):
 - `waitForReady: true` makes `pulumi up` fail loudly when pods cannot be scheduled (no GPU
   node, a bad image): it waits until every replica is Ready (a Job: until it completes), up
   to `workload.readyTimeout` (customTimeouts for create and update).
+
+A finished Job is deleted by Kubernetes after `workload.ttlSecondsAfterFinished`. Pulumi does
+not notice until a refresh; after `pulumi refresh` the next `pulumi up` creates the Job again,
+and the trainer finds its run (same RUN_NAME) under /out and resumes from the last checkpoint.
 """
 
 from __future__ import annotations
