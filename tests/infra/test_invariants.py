@@ -310,3 +310,19 @@ def test_waiting_for_pods_is_a_choice(wait):
     else:
         assert annotations["pulumi.com/skipAwait"] == "true"
         assert workload.custom_timeouts == {}
+
+
+# Fields whose change makes pulumi-kubernetes replace a StatefulSet (delete, then create) rather
+# than update it (provider/pkg/provider/diff.go).
+STATEFULSET_REPLACE_FIELDS = ("selector", "serviceName", "podManagementPolicy", "revisionHistoryLimit", "volumeClaimTemplates")
+
+
+@pulumi.runtime.test
+def test_scaling_updates_the_statefulset_in_place(stack):
+    manifests = [evaluated(stack, nodes).workload.manifest for nodes in NODE_COUNTS]
+    for manifest in manifests[1:]:
+        assert {k: manifest["metadata"][k] for k in ("name", "namespace")} == {
+            k: manifests[0]["metadata"][k] for k in ("name", "namespace")
+        }
+        for field in STATEFULSET_REPLACE_FIELDS:
+            assert manifest["spec"].get(field) == manifests[0]["spec"].get(field), field
