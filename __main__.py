@@ -1,10 +1,8 @@
 """ddp-infra: multi-node PyTorch DDP training on Kubernetes (see ddp_infra/)."""
 
-from pathlib import Path
-
 import pulumi
 
 from ddp_infra import config, program
 
-for name, value in program.build(config.load(), Path(__file__).parent).items():
+for name, value in program.build(config.load()).items():
     pulumi.export(name, value)

@@ -364,7 +364,7 @@ class KubernetesConfig(_Model):
     render_dir: Optional[Annotated[str, Field(min_length=1)]] = Field(
         None,
         description="Write manifests to this directory (relative to the project) instead of applying them. "
-        "They include Secrets in plain text.",
+        "They include Secrets in plain text: keep the directory out of git.",
     )
     context: Optional[Annotated[str, Field(min_length=1)]] = Field(None, description="kubeconfig context to use.")
 
@@ -417,8 +417,11 @@ class Problem:
         return f"{self.key}: got {self.given}; allowed: {self.allowed}"
 
 
-class ConfigError(Exception):
-    """Every problem of a stack's configuration, one line each."""
+class ConfigError(pulumi.RunError):
+    """Every problem of a stack's configuration, one line each.
+
+    A RunError, so Pulumi reports the message alone, without a stack trace.
+    """
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems

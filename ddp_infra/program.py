@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -13,21 +12,23 @@ from .config import KubernetesConfig, StackConfig
 from .world import World
 
 
-def kubernetes_provider(config: KubernetesConfig, project_dir: Path) -> k8s.Provider:
+def kubernetes_provider(config: KubernetesConfig) -> k8s.Provider:
     """The provider every resource uses.
 
-    With `kubernetes.renderDir` it writes manifests (Secrets in plain text) under the project
-    instead of touching a cluster. Switching that setting on or off replaces the provider,
-    and with it every resource it manages.
+    With `kubernetes.renderDir` it writes manifests (Secrets in plain text) instead of touching
+    a cluster. A relative renderDir is handed over as it is: the engine starts the provider in
+    the project directory, so it lands there, and a clone of the project in another directory
+    sees the same provider config (an absolute path would differ per clone and replace the
+    provider, and with it every resource). Switching render mode on or off replaces the
+    provider too.
     """
-    render_dir = str(project_dir / config.render_dir) if config.render_dir else None
-    return k8s.Provider("k8s", render_yaml_to_directory=render_dir, context=config.context)
+    return k8s.Provider("k8s", render_yaml_to_directory=config.render_dir, context=config.context)
 
 
-def build(config: StackConfig, project_dir: Path) -> dict[str, Any]:
+def build(config: StackConfig) -> dict[str, Any]:
     """Register every resource of the stack; return the stack outputs."""
     world = World.from_config(config, pulumi.get_project(), pulumi.get_stack())
-    provider = kubernetes_provider(config.kubernetes, project_dir)
+    provider = kubernetes_provider(config.kubernetes)
     stack = DdpTrainingStack(
         "ddp", DdpTrainingStackArgs(config=config, world=world), opts=pulumi.ResourceOptions(providers=[provider])
     )

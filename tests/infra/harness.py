@@ -151,7 +151,7 @@ def evaluate(values: dict[str, Any], stack: str = "dev", secret_keys: tuple[str,
         except stack_config.ConfigError as error:
             evaluation.error = error
             return None
-        outputs = program.build(loaded, REPO)
+        outputs = program.build(loaded)
 
         async def resolve() -> None:
             for name, value in outputs.items():
