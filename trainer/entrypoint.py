@@ -13,7 +13,7 @@ import sys
 from typing import Sequence
 
 from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED
-from trainer.launch import ArgsError, torchrun_argv
+from trainer.launch import ArgsError, torchrun_argv, torchrun_env
 from trainer.preflight import FAIL, preflight
 from trainer.world import World, WorldError, resolve_world
 
@@ -39,7 +39,7 @@ def main(user_args: Sequence[str]) -> int:
         return EXIT_PREFLIGHT_FAILED
     print(f"[DDP] exec {shlex.join(argv)}", flush=True)
     # exec, so torchrun is the process Kubernetes signals and its exit status is the container's
-    os.execve(argv[0], argv, {**env, **settings})
+    os.execve(argv[0], argv, {**torchrun_env(world, env), **settings})
 
 
 if __name__ == "__main__":

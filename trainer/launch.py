@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from typing import Mapping, Sequence
 
+from trainer import contract as c
 from trainer.world import World
 
 # torchrun options that shape the world: the entrypoint sets them from the pod env, so a user
@@ -43,6 +44,16 @@ def torchrun_argv(world: World, user_args: Sequence[str], python: str = sys.exec
         # only the static backend takes the node rank as given (c10d and etcd assign ranks by arrival)
         argv += [f"--node-rank={world.node_rank}", f"--master-addr={world.master_addr}", f"--master-port={world.master_port}"]
     return argv + list(user_args)
+
+
+def torchrun_env(world: World, env: Mapping[str, str]) -> dict[str, str]:
+    """The pod env with the resolved node rank written in.
+
+    torchrun parses PET_NODE_RANK as the default of --node-rank whatever the backend, and the
+    contract allows NODE_RANK (so its mirror) to be empty when the rank comes from the pod name.
+    """
+    rank = str(world.node_rank)
+    return {**env, c.NODE_RANK.name: rank, c.PET_NODE_RANK.name: rank}
 
 
 def _rdzv_conf(world: World) -> dict[str, int]:

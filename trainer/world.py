@@ -320,6 +320,7 @@ def _resolve_seed000(env: Mapping[str, str], hostname: str) -> World:
     master = None
     if workload and service and namespace:
         master = r.host(c.POD_NAME.name, c.master_dns_name(workload, service, namespace))
+    wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, DEFAULT_MASTER_WAIT_TIMEOUT)
     if r.problems:
         raise WorldError(r.problems)
     rdzv_id = re.sub(r"[^A-Za-z0-9._-]", "-", f"{namespace}-{workload}")
@@ -328,6 +329,6 @@ def _resolve_seed000(env: Mapping[str, str], hostname: str) -> World:
         master_addr=master, master_port=port, rdzv_backend="c10d", rdzv_id=rdzv_id,
         rdzv_endpoint=f"{master}:{port}",
         timeouts=Timeouts(DEFAULT_JOIN_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_CLOSE_TIMEOUT),
-        max_restarts=DEFAULT_MAX_RESTARTS, master_wait_timeout=DEFAULT_MASTER_WAIT_TIMEOUT,
+        max_restarts=DEFAULT_MAX_RESTARTS, master_wait_timeout=wait,
         rank_source=source, scheme="seed-000", run_name=env.get(c.RUN_NAME.name),
     )  # fmt: skip

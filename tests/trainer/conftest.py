@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 
 import pytest
-from trainer_testing import REPO, Proc, descendants
+from trainer_testing import (
+    REPO, Proc, clean_env, done_lines, entrypoint_command, free_port, kill_tree, pod_env, run_to_end, same_result,
+)  # fmt: skip
 
 
 @pytest.fixture
@@ -25,9 +25,25 @@ def spawn(tmp_path):
 
     yield start
     for proc in started:
-        for pid in [proc.pid, *descendants(proc.pid)]:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        kill_tree(proc.pid)
         proc.popen.wait(10)
+
+
+@pytest.fixture(scope="session")
+def reference_result(tmp_path_factory):
+    """The [DONE] result of an uninterrupted world of 2 processes (one pod, two workers), per args."""
+    cache: dict[tuple[str, ...], dict[str, str]] = {}
+
+    def result_of(args: list[str]) -> dict[str, str]:
+        key = tuple(args)
+        if key not in cache:
+            out = tmp_path_factory.mktemp("reference")
+            env = clean_env(**pod_env("ref-0", free_port(), nnodes=1, nproc=2), OUT_DIR=str(out))
+            code, text = run_to_end(entrypoint_command(args), env, out / "reference.log", timeout=240)
+            assert code == 0, text[-4000:]
+            lines = done_lines(text)
+            assert len(lines) == 2 and same_result(lines[0]) == same_result(lines[1]), text[-4000:]
+            cache[key] = same_result(lines[0])
+        return cache[key]
+
+    return result_of

@@ -7,7 +7,7 @@ from trainer_testing import SMOKE_ARGS, pod_env
 
 from trainer import contract as c
 from trainer.entrypoint import resolve_world, torchrun_argv
-from trainer.launch import ArgsError
+from trainer.launch import ArgsError, torchrun_env
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -80,3 +80,13 @@ def test_user_torchrun_flags_that_would_contradict_the_pod_env_are_refused(user)
 def test_harmless_torchrun_flags_pass():
     user = ["--log-dir", "/tmp/logs", "--tee", "3", "-m", "trainer.train", "smoke"]
     assert torchrun_argv(world(), user)[-len(user) :] == user
+
+
+def test_torchrun_env_carries_the_resolved_node_rank_even_when_the_pod_env_left_it_empty():
+    env = pod_env("w-1", 29500)
+    assert env[c.PET_NODE_RANK.name] == ""  # torchrun would fail to parse this as --node-rank's default
+    run_env = torchrun_env(resolve_world(env, "w-1"), env)
+    assert (run_env[c.NODE_RANK.name], run_env[c.PET_NODE_RANK.name]) == ("1", "1")
+    assert {k: v for k, v in run_env.items() if k not in (c.NODE_RANK.name, c.PET_NODE_RANK.name)} == {
+        k: v for k, v in env.items() if k not in (c.NODE_RANK.name, c.PET_NODE_RANK.name)
+    }

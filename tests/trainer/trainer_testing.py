@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -108,3 +109,46 @@ class Proc:
 def done_lines(text: str) -> list[dict[str, str]]:
     """The `[DONE] k=v ...` lines of a log, parsed."""
     return [dict(field.split("=", 1) for field in line.split()[1:]) for line in text.splitlines() if line.startswith("[DONE]")]
+
+
+def entrypoint_command(args: list[str]) -> list[str]:
+    """The container's command (from the contract) and args, run with this interpreter."""
+    return [PYTHON if part == "python" else part for part in c.ENTRYPOINT_COMMAND] + list(args)
+
+
+def kill_tree(pid: int) -> None:
+    for target in [pid, *descendants(pid)]:
+        try:
+            os.killpg(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def run_to_end(command: list[str], env: dict[str, str], log: Path, timeout: float) -> tuple[int, str]:
+    """Run a command to its end with its output in `log`; on timeout, kill it and all below it."""
+    with open(log, "wb") as out:
+        popen = subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        code = popen.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{log.name} still running after {timeout} s:\n{log.read_text()[-4000:]}")
+    finally:
+        kill_tree(popen.pid)
+        popen.wait()
+    return code, log.read_text(errors="replace")
+
+
+def same_result(line: dict[str, str]) -> dict[str, str]:
+    """A [DONE] line without what may differ between equal runs (which rank, how long, run name)."""
+    return {k: v for k, v in line.items() if k not in ("rank", "seconds", "run")}
+
+
+def worker_pids(agent_pid: int) -> list[int]:
+    found = []
+    for pid in descendants(agent_pid):
+        try:
+            if b"trainer.train" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            continue
+    return found

@@ -1,0 +1,119 @@
+"""Two pods simulated as two torchrun agents on 127.0.0.1, each started by the real entrypoint.
+
+Each agent gets the env the Pulumi program would give its pod; its rank comes from the fake pod
+name. The results are compared with an uninterrupted world of the same size and seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+from trainer_testing import SMOKE_ARGS, clean_env, done_lines, entrypoint_command, free_port, pod_env, same_result, worker_pids
+
+from trainer import contract as c
+
+# Long enough to be interrupted part-way: 64 optimizer steps of a 1M-parameter MLP, a checkpoint every 8.
+LONG_ARGS = [
+    "-m", "trainer.train", "smoke", "--epochs", "2", "--batch", "256", "--samples", "16384", "--features", "512",
+    "--hidden", "2048", "--classes", "4", "--lr", "1e-3", "--seed", "7", "--checkpoint-every", "8", "--log-every", "8",
+    "--pg-timeout", "60",
+]  # fmt: skip
+
+
+def start_pod(spawn, pod_name: str, port: int, out_dir, args=SMOKE_ARGS, **env):
+    full_env = clean_env(**pod_env(pod_name, port, **env), OUT_DIR=str(out_dir))
+    return spawn(entrypoint_command(args), full_env, pod_name)
+
+
+def results_of(*procs) -> list[dict[str, str]]:
+    return [line for proc in procs for line in done_lines(proc.text())]
+
+
+def assert_both_ranks_end_with(procs, expected: dict[str, str]) -> None:
+    lines = results_of(*procs)
+    assert sorted(line["rank"] for line in lines) == ["0", "1"], "each rank reports its [DONE] line"
+    assert [same_result(line) for line in lines] == [expected, expected]
+
+
+def wait_for_file(path, proc_list, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        for proc in proc_list:
+            assert proc.popen.poll() is None, f"{proc.log.name} ended early:\n{proc.text()[-4000:]}"
+        assert time.monotonic() < deadline, f"no {path.name} within {timeout} s"
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(240)
+def test_two_pods_take_their_ranks_from_their_names_and_agree(spawn, tmp_path, reference_result):
+    port = free_port()
+    second = start_pod(spawn, "ddp-1", port, tmp_path)
+    first = start_pod(spawn, "ddp-0", port, tmp_path)
+    assert first.wait(180) == 0, first.text()
+    assert second.wait(60) == 0, second.text()
+    assert "[DDP] rank=0 nnodes=2 nproc_per_node=1 world_size=2 master=127.0.0.1" in first.text()
+    assert "[DDP] rank=1 nnodes=2 nproc_per_node=1 world_size=2 master=127.0.0.1" in second.text()
+    assert_both_ranks_end_with((first, second), reference_result(SMOKE_ARGS))
+    logs = first.text() + second.text()
+    for tag in ("[DDP]", "[TRAIN]", "[EPOCH]", "[DONE]"):
+        assert tag in logs
+
+
+@pytest.mark.timeout(240)
+def test_a_master_that_comes_up_10s_late_is_waited_for(spawn, tmp_path, reference_result):
+    port = free_port()
+    worker = start_pod(spawn, "ddp-1", port, tmp_path, backend="static")
+    worker.wait_for(lambda text: "[PREFLIGHT] waiting for 127.0.0.1" in text, 60, "a wait for the master")
+    time.sleep(10)
+    assert worker.popen.poll() is None, worker.text()
+    assert "torch.distributed.run" not in worker.text(), "torchrun must not start before the master listens"
+    master = start_pod(spawn, "ddp-0", port, tmp_path, backend="static")
+    assert master.wait(180) == 0, master.text()
+    assert worker.wait(60) == 0, worker.text()
+    assert "[PREFLIGHT] ok   reach 127.0.0.1" in worker.text()
+    assert_both_ranks_end_with((master, worker), reference_result(SMOKE_ARGS))
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_worker_resumes_from_the_checkpoint_and_ends_as_an_uninterrupted_run(spawn, tmp_path, reference_result):
+    expected = reference_result(LONG_ARGS)
+    port = free_port()
+    restarts = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
+    first = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **restarts)
+    second = start_pod(spawn, "ddp-1", port, tmp_path, LONG_ARGS, **restarts)
+    wait_for_file(tmp_path / "run" / "checkpoints" / "ckpt-00000016.json", (first, second), timeout=180)
+    victims = worker_pids(second.pid)
+    assert len(victims) == 1, f"expected one worker under ddp-1's agent, found {victims}"
+    os.kill(victims[0], signal.SIGKILL)
+
+    assert first.wait(240) == 0, first.text()
+    assert second.wait(60) == 0, second.text()
+    logs = first.text() + second.text()
+    resumed = [line for line in logs.splitlines() if line.startswith("[CKPT] resumed from ckpt-")]
+    assert resumed, logs[-4000:]
+    assert int(resumed[-1].split("ckpt-")[1][:8]) >= 16
+    assert_both_ranks_end_with((first, second), expected)
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_checkpoints_and_exits_then_a_restart_resumes(spawn, tmp_path, reference_result):
+    expected = reference_result(LONG_ARGS)
+    port = free_port()
+    pod = start_pod(spawn, "solo-0", port, tmp_path, LONG_ARGS, nnodes=1, nproc=2)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    wait_for_file(checkpoints / "ckpt-00000016.json", (pod,), timeout=180)
+    os.kill(pod.pid, signal.SIGTERM)  # what the kubelet does to the container's PID 1: torchrun, exec'd
+    assert pod.wait(60) != 0, "a stopped run must not look finished"
+    assert "[STOP] stopped by SIGTERM" in pod.text(), pod.text()[-4000:]
+    records = [json.loads(p.read_text()) for p in sorted(checkpoints.glob("ckpt-*.json"))]
+    assert records[-1]["reason"] == "sigterm"
+    stopped_at = records[-1]["step"]
+
+    again = start_pod(spawn, "solo-0", free_port(), tmp_path, LONG_ARGS, nnodes=1, nproc=2)
+    assert again.wait(240) == 0, again.text()
+    assert f"[CKPT] resumed from ckpt-{stopped_at:08d}.pt" in again.text()
+    assert [same_result(line) for line in done_lines(again.text())] == [expected, expected]
