@@ -1,29 +1,16 @@
-"""Fixtures for the program's mock tests: each configuration is evaluated once per session."""
+"""Fixtures for the program's mock tests: each configuration is evaluated once per session
+(see infra_harness.evaluated)."""
 
 from __future__ import annotations
 
-import functools
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the harness
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # ddp_infra and trainer
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # ddp_infra and trainer, also under plain `pytest`
 
-import harness  # noqa: E402
-
-NODE_COUNTS = (1, 4, 64, 512)
-
-
-@functools.cache
-def evaluated(stack: str, nodes: int, kind: str = "statefulset") -> harness.Evaluation:
-    values = harness.with_path(harness.stack_file_config(stack), "nodes", str(nodes))
-    if kind != "statefulset":
-        values = harness.with_path(values, "workload.kind", kind)
-    evaluation = harness.evaluate(values, stack=stack)
-    assert evaluation.error is None, str(evaluation.error)
-    return evaluation
+import infra_harness as harness  # noqa: E402
 
 
 @pytest.fixture(params=harness.STACKS)
@@ -31,7 +18,7 @@ def stack(request) -> str:
     return request.param
 
 
-@pytest.fixture(params=NODE_COUNTS)
+@pytest.fixture(params=harness.NODE_COUNTS)
 def nodes(request) -> int:
     return request.param
 
@@ -43,4 +30,4 @@ def kind(request) -> str:
 
 @pytest.fixture
 def evaluation(stack: str, nodes: int, kind: str) -> harness.Evaluation:
-    return evaluated(stack, nodes, kind)
+    return harness.evaluated(stack, nodes, kind)

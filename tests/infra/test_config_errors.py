@@ -6,7 +6,7 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-import harness
+import infra_harness as harness
 
 DELETE = harness.DELETE
 

@@ -12,8 +12,8 @@ import kubernetes_validate
 import pulumi
 import pytest
 
-import harness
-from conftest import NODE_COUNTS, evaluated
+import infra_harness as harness
+from infra_harness import NODE_COUNTS, evaluated
 from trainer import contract
 
 STATEFULSET = "kubernetes:apps/v1:StatefulSet"

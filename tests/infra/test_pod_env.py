@@ -8,7 +8,7 @@ from decimal import Decimal
 import pulumi
 import pytest
 
-import harness
+import infra_harness as harness
 from ddp_infra import config as stack_config
 from ddp_infra import workload
 from ddp_infra.world import World

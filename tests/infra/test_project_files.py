@@ -9,7 +9,7 @@ import pulumi
 import pytest
 import yaml
 
-import harness
+import infra_harness as harness
 from ddp_infra.config import StackConfig
 
 PULUMI_TYPES = {int: "integer", bool: "boolean", str: "string"}

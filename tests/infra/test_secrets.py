@@ -7,7 +7,7 @@ import logging
 import pulumi
 import pytest
 
-import harness
+import infra_harness as harness
 
 TOKEN = "hf_ExampleTokenThatMustNeverLeak0123"
 SECRET = "kubernetes:core/v1:Secret"

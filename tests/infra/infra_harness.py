@@ -7,6 +7,7 @@ pass them (objects as JSON, scalars as stored), so the committed stack files are
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from ddp_infra import program
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = stack_config.PROJECT
 STACKS = ("dev", "prod")
+NODE_COUNTS = (1, 4, 64, 512)
 
 
 @dataclass
@@ -188,3 +190,14 @@ def plain_strings(value: Any) -> list[str]:
     if isinstance(value, (list, tuple)):
         return [s for v in value for s in plain_strings(v)]
     return [value] if isinstance(value, str) else []
+
+
+@functools.cache
+def evaluated(stack: str, nodes: int, kind: str = "statefulset") -> Evaluation:
+    """A stack file at a given size and workload kind, evaluated once per test session."""
+    values = with_path(stack_file_config(stack), "nodes", str(nodes))
+    if kind != "statefulset":
+        values = with_path(values, "workload.kind", kind)
+    evaluation = evaluate(values, stack=stack)
+    assert evaluation.error is None, str(evaluation.error)
+    return evaluation
