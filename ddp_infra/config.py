@@ -394,8 +394,8 @@ class StackConfig(_Model):
     run: RunConfig = Field(RunConfig(), description="The training run: its name and torchrun arguments.")
     workload: WorkloadConfig = Field(WorkloadConfig(), description="Which workload runs the pods, and how.")
     scheduling: SchedulingConfig = Field(SchedulingConfig(), description="Where the pods may run.")
-    labels: dict[LabelKey, LabelValue] = Field({}, description="Extra labels on every object and pod.")
-    annotations: dict[LabelKey, str] = Field({}, description="Extra annotations on every object and pod.")
+    labels: dict[LabelKey, LabelValue] = Field({}, description="Extra labels on the workload's objects and pods (claims keep theirs).")
+    annotations: dict[LabelKey, str] = Field({}, description="Extra annotations on the workload's objects and pods (claims keep theirs).")
     env: dict[EnvName, str] = Field({}, description="Extra container env; may use $(NAME) of the contract's variables.")
     kubernetes: KubernetesConfig = Field(KubernetesConfig(), description="How the Kubernetes provider connects.")
 
