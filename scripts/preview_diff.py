@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -68,8 +69,9 @@ class Preview:
         return self.returncode != 0
 
 
-def run_preview(stack: str, cwd: Path, timeout_s: float) -> Preview:
-    pulumi = shutil.which("pulumi")
+def run_preview(stack: str, cwd: Path, timeout_s: float, env: dict[str, str] | None = None) -> Preview:
+    """Runs the preview in `cwd` with `env` (default: this process's environment)."""
+    pulumi = shutil.which("pulumi", path=(env or os.environ).get("PATH"))
     if pulumi is None:
         return Preview(stack, 127, "", errors=["the `pulumi` CLI is not on PATH: run `make setup`, then `make preview-diff`"])
     with tempfile.TemporaryDirectory(prefix="preview-diff-") as tmp:
@@ -79,7 +81,7 @@ def run_preview(stack: str, cwd: Path, timeout_s: float) -> Preview:
             "--event-log", str(event_log),
         ]  # fmt: skip
         try:
-            done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+            done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as expired:
             output = _text(expired.stdout) + _text(expired.stderr)
             return Preview(stack, 124, output, errors=[f"`pulumi preview` did not finish within {timeout_s:.0f} s"])
