@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Builds the tools the project runs from Go modules (the Go module proxy is the only source of
+# them this project's machines reach), into a versioned cache outside the repository:
+#   - the Pulumi CLI and its Python language host, at the `pulumi==` pin of requirements.txt;
+#   - the Kubernetes resource provider, at the `pulumi-kubernetes==` pin, installed as a plugin;
+#   - kube-apiserver and etcd, a real API server for tests (toolchain/apiserver.py).
+# Each component is built in a temporary directory and renamed into place when complete, so an
+# interrupted build never looks done; a second run only checks and takes about a second.
+# A component whose module the proxy refuses is reported (UNAVAILABLE) and skipped without failing
+# the run; any other build failure fails it. Logs: <cache>/toolchain/logs/.
+#
+#   toolchain/build.sh            build whatever is missing
+#   toolchain/build.sh --bin-dir  print the directory to put on PATH (builds nothing)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
+cache=${DDP_INFRA_CACHE:-$HOME/.cache/ddp-infra}/toolchain
+
+pin() { sed -n "s/^$1==\([^[:space:];#]*\).*/\1/p" "$root/requirements.txt"; }
+pulumi_version=$(pin pulumi)
+kubernetes_version=$(pin pulumi-kubernetes)
+if [ -z "$pulumi_version" ] || [ -z "$kubernetes_version" ]; then
+  echo "[toolchain] requirements.txt must pin pulumi==X and pulumi-kubernetes==Y" >&2
+  exit 1
+fi
+# The test control plane: kube-apiserver of the image's kubectl minor version, and an etcd at
+# least 3.5.13, the oldest that kube-apiserver 1.31+ accepts.
+kube_version=1.32.13
+etcd_version=3.5.21
+
+bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version
+if [ "${1:-}" = --bin-dir ]; then
+  echo "$bin_dir"
+  exit 0
+fi
+if [ $# -gt 0 ]; then
+  echo "usage: $0 [--bin-dir]" >&2
+  exit 2
+fi
+
+cli_dir=$cache/pulumi-v$pulumi_version
+lang_dir=$cache/pulumi-language-python-v$pulumi_version
+provider_dir=$cache/pulumi-resource-kubernetes-v$kubernetes_version
+apiserver_dir=$cache/kube-apiserver-v$kube_version
+etcd_dir=$cache/etcd-v$etcd_version
+logs=$cache/logs
+mkdir -p "$bin_dir" "$logs"
+
+export PULUMI_SKIP_UPDATE_CHECK=true
+# The builds share the machine's cores with everything else running on it.
+renice -n 10 -p $$ >/dev/null
+
+# Prints the module cache's directory (or go.mod file) for MODULE@VERSION, downloading it, or fails
+# with go's error.
+module_dir() { go mod download -json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(d.get("Error") or print(d["Dir"]))'; }
+module_gomod() { go mod download -json "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(d.get("Error") or print(d["GoMod"]))'; }
+
+# The build functions below run in a fresh work directory, with errexit, and leave their
+# binaries in ./out, which `component` then renames into place.
+
+# wrapped_build BINARY MAIN_PACKAGE MODULE@VERSION GOMOD_PY_FLAGS [GO_BUILD_FLAGS...]
+# Builds MAIN_PACKAGE from a wrapper module that requires MODULE@VERSION and carries the replaces
+# of that module's own go.mod (see gomod.py, which GOMOD_PY_FLAGS are passed to).
+wrapped_build() {
+  local binary=$1 main=$2 module=$3 gomod_flags=$4 gomod edits
+  shift 4
+  gomod=$(module_gomod "$module")
+  mkdir -p wrapper out
+  (
+    cd wrapper
+    go mod init ddp-infra-toolchain/wrapper
+    go mod edit -require="$module"
+    edits=$(go mod edit -json "$gomod" | python3 "$here/gomod.py" $gomod_flags)
+    if [ -n "$edits" ]; then
+      mapfile -t edits <<<"$edits"
+      go mod edit "${edits[@]}"
+    fi
+    echo "[toolchain] wrapper go.mod for $module:"
+    cat go.mod
+    go build -mod=mod -trimpath -o "../out/$binary" "$@" "$main"
+  )
+}
+
+pulumi_ldflags="-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$pulumi_version"
+
+build_cli() {
+  wrapped_build pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi \
+    "github.com/pulumi/pulumi/pkg/v3@v$pulumi_version" "--siblings v$pulumi_version" \
+    -tags osusergo,grpcnotrace -ldflags "$pulumi_ldflags"
+}
+
+build_language_host() {
+  local module=github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3 sdk
+  wrapped_build pulumi-language-python "$module" "$module@v$pulumi_version" \
+    "--siblings v$pulumi_version" -tags osusergo,grpcnotrace -ldflags "$pulumi_ldflags"
+  # The host runs the program through this script, which it looks for beside its own binary.
+  sdk=$(module_dir "github.com/pulumi/pulumi/sdk/v3@v$pulumi_version")
+  install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" out/
+}
+
+# The provider's main package embeds files (schema-embed.json, ...) that its `go generate` step
+# writes and the module zip lacks: build inside a writable copy of the module, with its own go.mod.
+build_provider() {
+  local module=github.com/pulumi/pulumi-kubernetes/provider/v4 src
+  src=$(module_dir "$module@v$kubernetes_version")
+  cp -r "$src" provider
+  chmod -R u+w provider
+  mkdir out
+  (
+    cd provider
+    VERSION=$kubernetes_version go generate ./cmd/pulumi-resource-kubernetes
+    go build -mod=mod -trimpath -o ../out/pulumi-resource-kubernetes \
+      -ldflags "-X $module/pkg/version.Version=$kubernetes_version" ./cmd/pulumi-resource-kubernetes
+  )
+}
+
+build_apiserver() {
+  local v=$kube_version minor=${kube_version#*.}
+  minor=${minor%%.*}
+  export CGO_ENABLED=0
+  wrapped_build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "k8s.io/kubernetes@v$v" "--staging v0.${v#*.}" \
+    -ldflags "-X k8s.io/component-base/version.gitVersion=v$v -X k8s.io/component-base/version.gitMajor=${v%%.*} -X k8s.io/component-base/version.gitMinor=$minor"
+}
+
+build_etcd() {
+  export CGO_ENABLED=0
+  wrapped_build etcd go.etcd.io/etcd/server/v3 "go.etcd.io/etcd/server/v3@v$etcd_version" ""
+}
+
+# A Pulumi CLI of the pinned version installed elsewhere (not one of ours) is used as it is.
+external_pulumi() {
+  local p
+  p=$(PATH=$(printf %s "$PATH" | tr : '\n' | grep -vxF "$bin_dir" | paste -sd:) command -v pulumi) || return 1
+  case $(readlink -f "$p") in "$cache"/*) return 1 ;; esac
+  [ "$("$p" version 2>/dev/null)" = "v$pulumi_version" ] && echo "$p"
+}
+
+failed=()
+unavailable=()
+# component NAME OUTPUT_DIR BUILD_FUNCTION: builds unless OUTPUT_DIR is there. A module that the
+# proxy refuses is reported but does not stop the other components; any other failure does.
+component() {
+  local name=$1 dir=$2 fn=$3 log="$logs/$1.log" start=$SECONDS work rc
+  [ -d "$dir" ] && return 0
+  echo "[toolchain] building $name -> $dir (log: $log)"
+  work=$(mktemp -d "$cache/.work.XXXXXX")
+  set +e
+  (set -e; cd "$work"; "$fn") >"$log" 2>&1
+  rc=$?
+  set -e
+  # A concurrent run that finished first counts as done too.
+  if [ $rc -eq 0 ] && { mv -T "$work/out" "$dir" 2>/dev/null || [ -d "$dir" ]; }; then
+    echo "[toolchain] built $name in $((SECONDS - start)) s"
+  elif grep -q 'This module version is not available\|403 Forbidden\|404 Not Found\|410 Gone' "$log"; then
+    echo "[toolchain] UNAVAILABLE: $name: the Go module proxy does not serve a module it needs:" >&2
+    grep -m3 'not available\|403 Forbidden\|404 Not Found\|410 Gone' "$log" | sed 's/^/    /' >&2
+    unavailable+=("$name")
+  else
+    echo "[toolchain] FAILED: $name after $((SECONDS - start)) s; the end of $log:" >&2
+    tail -n 20 "$log" | sed 's/^/    /' >&2
+    failed+=("$name")
+  fi
+  chmod -R u+w "$work" 2>/dev/null || true
+  rm -rf "$work"
+}
+
+link() { if [ -e "$1" ]; then ln -sfn "$1" "$bin_dir/$2"; fi; }
+
+lang_from=$lang_dir
+if ext=$(external_pulumi); then
+  echo "[toolchain] using the Pulumi CLI at $ext"
+  link "$ext" pulumi
+  ext_dir=$(dirname "$(readlink -f "$ext")")
+  if [ -x "$ext_dir/pulumi-language-python" ]; then lang_from=$ext_dir; fi
+else
+  component pulumi "$cli_dir" build_cli
+  link "$cli_dir/pulumi" pulumi
+fi
+if [ "$lang_from" = "$lang_dir" ]; then
+  component pulumi-language-python "$lang_dir" build_language_host
+fi
+link "$lang_from/pulumi-language-python" pulumi-language-python
+link "$lang_from/pulumi-language-python-exec" pulumi-language-python-exec
+component pulumi-resource-kubernetes "$provider_dir" build_provider
+component etcd "$etcd_dir" build_etcd
+link "$etcd_dir/etcd" etcd
+component kube-apiserver "$apiserver_dir" build_apiserver
+link "$apiserver_dir/kube-apiserver" kube-apiserver
+
+# The engine takes the provider from its plugin directory, so it never tries to download one.
+if [ -x "$bin_dir/pulumi" ] && [ -x "$provider_dir/pulumi-resource-kubernetes" ]; then
+  if ! "$bin_dir/pulumi" plugin ls --json | python3 -c '
+import json, sys
+want = ("resource", "kubernetes", sys.argv[1])
+sys.exit(0 if any((p["kind"], p["name"], p["version"]) == want for p in json.load(sys.stdin) or []) else 1)
+' "$kubernetes_version"; then
+    "$bin_dir/pulumi" plugin install resource kubernetes "$kubernetes_version" \
+      --file "$provider_dir/pulumi-resource-kubernetes"
+  fi
+fi
+
+if [ ${#unavailable[@]} -gt 0 ]; then
+  echo "[toolchain] not built, their modules are not served by the Go module proxy: ${unavailable[*]}" >&2
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "[toolchain] build failed: ${failed[*]}" >&2
+  exit 1
+fi
+echo "[toolchain] ready: $bin_dir"
