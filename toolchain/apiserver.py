@@ -1,0 +1,278 @@
+"""A real, throwaway Kubernetes API server for tests: etcd + kube-apiserver on loopback ports.
+
+    from toolchain.apiserver import LocalApiServer
+
+    with LocalApiServer() as api:
+        api.kubectl("apply", "--dry-run=server", "-f", "manifests.yaml")
+        # or: subprocess.run(["kubectl", "--kubeconfig", api.kubeconfig, ...])
+
+Nothing runs but the API server and its etcd (no scheduler, controllers or nodes): objects are
+validated, defaulted, admitted and stored, never acted on. Authentication is a bearer token,
+authorization AlwaysAllow, and the ServiceAccount admission plugin is off, since no controller
+creates the `default` service accounts it would require. Everything lives in a temporary
+directory that is removed on exit, together with both processes.
+
+The binaries come from toolchain/build.sh (its --bin-dir), else from PATH.
+
+    python toolchain/apiserver.py --selftest
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tool_dir():
+    out = subprocess.run([str(HERE / "build.sh"), "--bin-dir"], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip())
+
+
+def _find(name, bin_dir):
+    candidate = Path(bin_dir) / name
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return str(candidate)
+    found = shutil.which(name)
+    if not found:
+        raise FileNotFoundError(f"{name} is neither in {bin_dir} nor on PATH: run toolchain/build.sh")
+    return found
+
+
+class LocalApiServer:
+    """Starts etcd and kube-apiserver on free 127.0.0.1 ports; a context manager.
+
+    Arguments:
+      bin_dir: where etcd and kube-apiserver are (default: toolchain/build.sh --bin-dir, then PATH).
+      startup_timeout: seconds to wait for /readyz before giving up.
+      kubectl: the kubectl the `kubectl()` helper runs.
+
+    Attributes, once started:
+      kubeconfig: path of a kubeconfig file (context `local`) for the server;
+      server: its https URL; token: the bearer token it accepts (user `admin`, system:masters);
+      ca_file: the CA file that verifies its serving certificate;
+      startup_seconds: how long start() took; workdir: the temporary directory.
+    """
+
+    def __init__(self, bin_dir=None, startup_timeout=90.0, kubectl="kubectl"):
+        bin_dir = bin_dir or _tool_dir()
+        self._etcd_bin = _find("etcd", bin_dir)
+        self._apiserver_bin = _find("kube-apiserver", bin_dir)
+        self._kubectl = kubectl
+        self.startup_timeout = startup_timeout
+        self.token = "ddp-infra-test-token"
+        self.workdir = self.kubeconfig = self.server = self.ca_file = None
+        self.startup_seconds = None
+        self._procs = []
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def start(self):
+        began = time.monotonic()
+        self.workdir = Path(tempfile.mkdtemp(prefix="ddp-infra-apiserver-"))
+        try:
+            self._write_credentials()
+            etcd_url = self._start_etcd()
+            self._start_apiserver(etcd_url)
+            self._wait_ready(began + self.startup_timeout)
+            self._write_kubeconfig()
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def stop(self):
+        # kube-apiserver first: without etcd its graceful shutdown stalls until killed.
+        for proc in reversed(self._procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs = []
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def kubectl(self, *args, input=None, check=True):
+        """Runs kubectl against this server; returns the CompletedProcess (text output)."""
+        proc = subprocess.run(
+            [self._kubectl, "--kubeconfig", self.kubeconfig, *args],
+            input=input, capture_output=True, text=True,
+        )
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+        return proc
+
+    def _openssl(self, *args):
+        subprocess.run(["openssl", *args], cwd=self.workdir, check=True, capture_output=True)
+
+    def _write_credentials(self):
+        self._openssl(
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            "-keyout", "serving.key", "-out", "serving.crt", "-subj", "/CN=127.0.0.1",
+            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        )
+        self._openssl("genrsa", "-out", "service-account.key", "2048")
+        (self.workdir / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
+        self.ca_file = str(self.workdir / "serving.crt")
+
+    def _spawn(self, name, argv):
+        log = open(self.workdir / f"{name}.log", "wb")
+        with log:
+            self._procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+
+    def _start_etcd(self):
+        client, peer = _free_port(), _free_port()
+        self._spawn("etcd", [
+            self._etcd_bin,
+            "--name", "default",
+            "--data-dir", str(self.workdir / "etcd"),
+            "--listen-client-urls", f"http://127.0.0.1:{client}",
+            "--advertise-client-urls", f"http://127.0.0.1:{client}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"default=http://127.0.0.1:{peer}",
+            # a test store is thrown away: no need to wait for the disk
+            "--unsafe-no-fsync",
+            "--log-level", "warn",
+        ])
+        return f"http://127.0.0.1:{client}"
+
+    def _start_apiserver(self, etcd_url):
+        port = _free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        key = str(self.workdir / "service-account.key")
+        self._spawn("kube-apiserver", [
+            self._apiserver_bin,
+            "--etcd-servers", etcd_url,
+            "--bind-address", "127.0.0.1",
+            "--advertise-address", "127.0.0.1",
+            "--secure-port", str(port),
+            "--cert-dir", str(self.workdir / "certs"),
+            "--tls-cert-file", self.ca_file,
+            "--tls-private-key-file", str(self.workdir / "serving.key"),
+            "--token-auth-file", str(self.workdir / "tokens.csv"),
+            "--authorization-mode", "AlwaysAllow",
+            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+            "--service-account-key-file", key,
+            "--service-account-signing-key-file", key,
+            "--service-cluster-ip-range", "10.0.0.0/24",
+            "--disable-admission-plugins", "ServiceAccount",
+            "--allow-privileged",
+            "--profiling=false",
+        ])
+
+    def _wait_ready(self, deadline):
+        context = ssl.create_default_context(cafile=self.ca_file)
+        request = urllib.request.Request(f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.token}"})
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            for proc in self._procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{proc.args[0]} exited ({proc.returncode}):\n{self._log_tail(proc)}")
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except urllib.error.HTTPError as e:
+                last = f"/readyz answered {e.code}: {e.read().decode(errors='replace')[-500:]}"
+            except OSError as e:
+                last = str(e)
+            time.sleep(0.25)
+        raise TimeoutError(f"kube-apiserver not ready after {self.startup_timeout} s: {last}")
+
+    def _log_tail(self, proc):
+        name = Path(proc.args[0]).name
+        return (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
+
+    def _write_kubeconfig(self):
+        # JSON is YAML: kubectl and the Kubernetes clients read it as a kubeconfig.
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "local", "cluster": {"server": self.server, "certificate-authority": self.ca_file}}],
+            "users": [{"name": "admin", "user": {"token": self.token}}],
+            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
+            "current-context": "local",
+        }
+        path = self.workdir / "kubeconfig"
+        path.write_text(json.dumps(config, indent=2))
+        self.kubeconfig = str(path)
+
+
+SELFTEST_MANIFEST = """\
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: ddp-selftest
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: ddp-selftest
+  namespace: ddp-selftest
+data:
+  world_size: "4"
+"""
+
+
+def selftest():
+    with LocalApiServer() as api:
+        print(f"[apiserver] ready at {api.server} in {api.startup_seconds:.1f} s; kubeconfig {api.kubeconfig}")
+        print(api.kubectl("version").stdout.strip())
+        out = api.kubectl("apply", "--dry-run=client", "-f", "-", input=SELFTEST_MANIFEST).stdout
+        print(f"[apiserver] --dry-run=client:\n{out.strip()}")
+        # A server-side dry run creates nothing, so the ConfigMap's namespace must exist first.
+        api.kubectl("create", "namespace", "ddp-selftest")
+        out = api.kubectl("apply", "--dry-run=server", "-f", "-", input=SELFTEST_MANIFEST).stdout
+        print(f"[apiserver] --dry-run=server:\n{out.strip()}")
+        assert api.kubectl("get", "configmap", "ddp-selftest", "-n", "ddp-selftest", check=False).returncode != 0
+        api.kubectl("apply", "-f", "-", input=SELFTEST_MANIFEST)
+        got = json.loads(api.kubectl("get", "configmap", "ddp-selftest", "-n", "ddp-selftest", "-o", "json").stdout)
+        assert got["data"] == {"world_size": "4"}, got
+        print("[apiserver] applied and read back the ConfigMap")
+        workdir = api.workdir
+        procs = list(api._procs)
+    assert not workdir.exists(), f"{workdir} left behind"
+    assert all(p.poll() is not None for p in procs), "a process outlived the server"
+    print("[apiserver] selftest passed: stopped, nothing left behind")
+
+
+def main():
+    parser = argparse.ArgumentParser(description="A throwaway local Kubernetes API server for tests.")
+    parser.add_argument("--selftest", action="store_true", help="start it, apply a Namespace and a ConfigMap, stop it")
+    args = parser.parse_args()
+    if not args.selftest:
+        parser.print_help()
+        return 2
+    selftest()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
