@@ -22,6 +22,9 @@ _VALUED = {
 }  # fmt: skip
 
 
+DISABLE_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
 class ArgsError(ValueError):
     pass
 
@@ -47,13 +50,22 @@ def torchrun_argv(world: World, user_args: Sequence[str], python: str = sys.exec
 
 
 def torchrun_env(world: World, env: Mapping[str, str]) -> dict[str, str]:
-    """The pod env with the resolved node rank written in.
+    """The pod env with the resolved node rank written in, and a fresh worker store per restart.
 
     torchrun parses PET_NODE_RANK as the default of --node-rank whatever the backend, and the
     contract allows NODE_RANK (so its mirror) to be empty when the rank comes from the pod name.
+    Only the static backend uses the node rank; for the others the mirror is dropped, since
+    torchrun warns about any non-zero one.
     """
-    rank = str(world.node_rank)
-    return {**env, c.NODE_RANK.name: rank, c.PET_NODE_RANK.name: rank}
+    run_env = {**env, c.NODE_RANK.name: str(world.node_rank)}
+    # torchrun's c10d backend otherwise gives the workers one store for all restart rounds, where a
+    # restarted worker can read a peer's address from the previous round and fail to connect.
+    run_env.setdefault(DISABLE_SHARED_STORE, "1")
+    if world.rdzv_backend == "static":
+        run_env[c.PET_NODE_RANK.name] = str(world.node_rank)
+    else:
+        run_env.pop(c.PET_NODE_RANK.name, None)
+    return run_env
 
 
 def _rdzv_conf(world: World) -> dict[str, int]:

@@ -164,6 +164,7 @@ class Trainer:
     # --- training ---------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         started = time.perf_counter()
+        self.stop.install()  # from here on a SIGTERM can be answered with a checkpoint
         self.ddp.train()
         last = {}
         while self.progress.epoch < self.cfg.epochs:

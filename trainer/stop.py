@@ -21,6 +21,9 @@ class StopRequest:
         signal.signal(signal.SIGTERM, self._record)
         return self
 
+    def uninstall(self) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
     def _record(self, signum: int, _frame) -> None:
         self.signal = signum
 

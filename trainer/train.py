@@ -74,25 +74,29 @@ def config_of(args: argparse.Namespace) -> TrainConfig:
 @record  # torchrun then reports a worker's traceback instead of only its exit code
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    stop = StopRequest().install()
+    stop = StopRequest()  # armed by the training loop; before it, SIGTERM ends the process as usual
     random.seed(args.seed)
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     d = distributed.init(args.device, args.pg_timeout)
+    print(f"[DDP] process rank={d.rank} world_size={d.world_size} local_rank={d.local_rank} "
+          f"device={d.device} run={args.run_name}", flush=True)  # fmt: skip
     try:
-        print(f"[DDP] process rank={d.rank} world_size={d.world_size} local_rank={d.local_rank} "
-              f"device={d.device} run={args.run_name}", flush=True)  # fmt: skip
         task = TASKS[args.task].make_task(args)
         trainer = Trainer(task, d, config_of(args), RunDir(args.out_dir / args.run_name), stop, args.run_name)
         trainer.resume()
         trainer.fit()
-        return 0
     except Stopped as stopped:
         if d.is_main:
             print(f"[STOP] {stopped}; checkpoint written, exiting {EXIT_STOPPED} so the run resumes", flush=True)
-        return EXIT_STOPPED
-    finally:
         distributed.shutdown()
-
+        return EXIT_STOPPED
+    except BaseException:
+        # A failed collective means a peer is gone: tearing the group down could wait on it, and a
+        # SIGTERM from torchrun (closing this world to restart it) must now end the process at once.
+        stop.uninstall()
+        raise
+    distributed.shutdown()
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

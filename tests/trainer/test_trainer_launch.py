@@ -83,10 +83,15 @@ def test_harmless_torchrun_flags_pass():
 
 
 def test_torchrun_env_carries_the_resolved_node_rank_even_when_the_pod_env_left_it_empty():
-    env = pod_env("w-1", 29500)
+    env = pod_env("w-1", 29500, backend="static")
     assert env[c.PET_NODE_RANK.name] == ""  # torchrun would fail to parse this as --node-rank's default
     run_env = torchrun_env(resolve_world(env, "w-1"), env)
     assert (run_env[c.NODE_RANK.name], run_env[c.PET_NODE_RANK.name]) == ("1", "1")
-    assert {k: v for k, v in run_env.items() if k not in (c.NODE_RANK.name, c.PET_NODE_RANK.name)} == {
-        k: v for k, v in env.items() if k not in (c.NODE_RANK.name, c.PET_NODE_RANK.name)
-    }
+    untouched = {k: v for k, v in env.items() if k not in (c.NODE_RANK.name, c.PET_NODE_RANK.name)}
+    assert {k: v for k, v in run_env.items() if k in untouched} == untouched
+
+
+def test_torchrun_env_drops_the_node_rank_mirror_where_torchrun_ignores_it():
+    env = pod_env("w-1", 29500, backend="c10d", node_rank="1", **{c.PET_NODE_RANK.name: "1"})
+    run_env = torchrun_env(resolve_world(env, "w-1"), env)
+    assert c.PET_NODE_RANK.name not in run_env and run_env[c.NODE_RANK.name] == "1"
