@@ -57,6 +57,7 @@ class Progress:
     epoch_units: float = 0.0
     best_val_loss: float = math.inf
     best_epoch: int = 0  # 1-based; 0: none yet
+    last_train_loss: float = math.nan  # of the last completed epoch, for a restart that finds the run done
 
 
 class Stopped(Exception):
@@ -174,8 +175,8 @@ class Trainer:
             last = self._end_epoch(time.perf_counter() - epoch_started, self.progress.epoch_units - epoch_units_before)
         if not last:  # a restart after the last epoch: report the finished run, train nothing
             val_loss = self.validate()
-            last = {"epochs": self.progress.epoch, "val_loss": val_loss, "val_ppl": _perplexity(val_loss),
-                    "best": f"epoch-{self.progress.best_epoch}"}  # fmt: skip
+            last = {"epochs": self.progress.epoch, "train_loss": self.progress.last_train_loss, "val_loss": val_loss,
+                    "val_ppl": _perplexity(val_loss), "best": f"epoch-{self.progress.best_epoch}"}  # fmt: skip
         summary = {**last, "run": self.run_name, "steps": self.progress.global_step, "params_sum": self.params_sum(),
                    "seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
         # every rank reports: equal lines across ranks show the replicas ended identical
@@ -250,6 +251,7 @@ class Trainer:
                  f"val_ppl={_perplexity(val_loss):.4f} {self.task.unit}/s={units / seconds:.0f} "
                  f"best=epoch-{p.best_epoch}")  # fmt: skip
         p.epoch, p.step_in_epoch, p.epoch_loss_sum, p.epoch_units = epoch, 0, 0.0, 0.0
+        p.last_train_loss = train_loss
         self.save_checkpoint("epoch end")
         return {"epochs": epoch, "train_loss": train_loss, "val_loss": val_loss, "val_ppl": _perplexity(val_loss),
                 "best": f"epoch-{p.best_epoch}"}  # fmt: skip
