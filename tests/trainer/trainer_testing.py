@@ -124,10 +124,10 @@ def kill_tree(pid: int) -> None:
             pass
 
 
-def run_to_end(command: list[str], env: dict[str, str], log: Path, timeout: float) -> tuple[int, str]:
+def run_to_end(command: list[str], env: dict[str, str], log: Path, timeout: float, cwd: Path = REPO) -> tuple[int, str]:
     """Run a command to its end with its output in `log`; on timeout, kill it and all below it."""
     with open(log, "wb") as out:
-        popen = subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        popen = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         code = popen.wait(timeout)
     except subprocess.TimeoutExpired:

