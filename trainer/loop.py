@@ -159,7 +159,7 @@ class Trainer:
             }
             record = {"epoch": self.progress.epoch, "step_in_epoch": self.progress.step_in_epoch, "reason": reason}
             path = self.store.save(self.progress.global_step, payload, record)
-            self.log(f"[CKPT] saved {path.name} ({reason}) in {time.perf_counter() - started:.3f}s")
+            self.log(f"[CKPT] saved {path.name} ({reason}) in {time.perf_counter() - started:.4f}s")
         self.last_saved_step = self.progress.global_step
 
     # --- training ---------------------------------------------------------------------------
