@@ -1,0 +1,137 @@
+"""The env contract tested from both sides at once.
+
+The Pulumi program's pod env (ddp_infra.workload.pod_env) is resolved the way the kubelet
+resolves it for a concrete pod (downward API, secretKeyRef, `$(VAR)` expansion, the
+JOB_COMPLETION_INDEX a Job pod gets), then handed to the trainer's own `resolve_world`. Both
+sides must arrive at the same world, for every pod of it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+import infra_harness as harness
+from ddp_infra import config as stack_config
+from ddp_infra import workload
+from ddp_infra.world import World as InfraWorld
+from trainer import contract
+from trainer.launch import torchrun_argv
+from trainer.world import WorldError, resolve_world
+
+_FIELD_PATH = re.compile(r"metadata\.(?P<kind>labels|annotations)\['(?P<key>[^']+)'\]")
+_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def kubelet_env(env: list[dict[str, Any]], pod: dict[str, Any], secrets: dict[str, dict[str, str]]) -> dict[str, str]:
+    """What the container sees: the kubelet's resolution of the env list for `pod`."""
+    resolved: dict[str, str] = dict(pod.get("injected", {}))
+    for var in env:
+        if "value" in var:
+            # $(NAME) expands only to a variable defined earlier in the list; anything else stays as written.
+            value = _REFERENCE.sub(lambda m: resolved.get(m[1], m[0]), var["value"])
+        elif "fieldRef" in var["valueFrom"]:
+            path = var["valueFrom"]["fieldRef"]["fieldPath"]
+            if path in ("metadata.name", "metadata.namespace"):
+                value = pod["metadata"][path.split(".")[1]]
+            else:
+                match = _FIELD_PATH.fullmatch(path)
+                assert match, f"unexpected fieldPath {path}"
+                value = pod["metadata"].get(match["kind"], {}).get(match["key"], "")  # a missing label reads as ""
+        else:
+            ref = var["valueFrom"]["secretKeyRef"]
+            value = secrets[ref["name"]][ref["key"]]
+        resolved[var["name"]] = value
+    return resolved
+
+
+def pod_of(world: InfraWorld, index: int, with_index_label: bool = True) -> tuple[dict[str, Any], str]:
+    """A pod as Kubernetes makes it for the workload, and its hostname."""
+    labels = dict(world.selector)
+    if world.workload_kind == contract.INDEXED_JOB:
+        # Job pods: a random suffix in the name, the index in an annotation and in JOB_COMPLETION_INDEX,
+        # hostname <job>-<index> (the subdomain gives it its DNS name).
+        metadata = {
+            "name": f"{world.workload_name}-{index}-x7k2q",
+            "namespace": world.namespace,
+            "labels": labels,
+            "annotations": {contract.JOB_COMPLETION_INDEX_ANNOTATION: str(index)},
+        }
+        return {"metadata": metadata, "injected": {contract.JOB_COMPLETION_INDEX: str(index)}}, f"{world.workload_name}-{index}"
+    if with_index_label:
+        labels[contract.POD_INDEX_LABEL] = str(index)
+    name = f"{world.workload_name}-{index}"
+    return {"metadata": {"name": name, "namespace": world.namespace, "labels": labels}}, name
+
+
+def configured(stack: str, **changes: Any) -> tuple[stack_config.StackConfig, InfraWorld]:
+    values = harness.stack_file_config(stack)
+    for path, value in changes.items():
+        values = harness.with_path(values, path.replace("__", "."), value)
+    parsed = stack_config.parse(values)
+    return parsed, InfraWorld.from_config(parsed, harness.PROJECT, stack)
+
+
+@pytest.mark.parametrize("stack", harness.STACKS)
+@pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
+@pytest.mark.parametrize("nodes", (1, 4, 64))
+def test_every_pod_resolves_the_world_the_program_describes(stack, kind, nodes):
+    parsed, world = configured(stack, nodes=str(nodes), workload__kind=kind)
+    env = workload.pod_env(parsed, world)
+    for index in sorted({0, 1 % nodes, nodes - 1}):
+        pod, hostname = pod_of(world, index)
+        seen = resolve_world(kubelet_env(env, pod, {}), hostname)
+        assert seen.node_rank == index
+        assert (seen.nnodes, seen.nproc_per_node, seen.world_size) == (world.nnodes, world.nproc_per_node, world.world_size)
+        assert (seen.master_addr, seen.master_port) == (world.master_addr, world.rendezvous_port)
+        assert seen.rdzv_endpoint == f"{world.master_addr}:{world.rendezvous_port}"
+        assert (seen.rdzv_backend, seen.rdzv_id, seen.run_name) == (parsed.rendezvous.backend, world.rdzv_id, world.run_name)
+        assert seen.max_restarts == parsed.rendezvous.max_restarts
+        assert seen.timeouts.join == parsed.rendezvous.join_timeout_seconds
+        assert seen.timeouts.read == parsed.rendezvous.read_timeout_seconds
+        assert seen.master_wait_timeout == parsed.rendezvous.master_wait_timeout_seconds
+        # torchrun is started for exactly that world
+        argv = torchrun_argv(seen, list(parsed.run.args))
+        assert f"--nnodes={world.nnodes}" in argv and f"--nproc-per-node={world.nproc_per_node}" in argv
+        assert f"--rdzv-id={world.rdzv_id}" in argv
+        assert argv[-len(parsed.run.args):] == list(parsed.run.args)
+
+
+def test_a_cluster_without_the_pod_index_label_falls_back_to_the_pod_name():
+    parsed, world = configured("dev", nodes="4")
+    env = kubelet_env(workload.pod_env(parsed, world), *pod_of(world, 3, with_index_label=False)[:1], {})
+    assert env[contract.NODE_RANK.name] == env[contract.PET_NODE_RANK.name] == ""
+    seen = resolve_world(env, f"{world.workload_name}-3")
+    assert seen.node_rank == 3 and contract.POD_NAME.name in seen.rank_source
+
+
+def test_the_token_reaches_the_pod_under_both_names():
+    parsed, world = configured("prod")
+    world = InfraWorld(**{**world.__dict__, "has_hf_token": True})
+    secrets = {world.hf_token_secret_name: {"token": "hf_contract_test"}}
+    pod, _ = pod_of(world, 0)
+    env = kubelet_env(workload.pod_env(parsed, world), pod, secrets)
+    assert env[contract.HF_TOKEN.name] == env[contract.HUGGINGFACE_HUB_TOKEN.name] == "hf_contract_test"
+
+
+@pytest.mark.parametrize("name", contract.REQUIRED)
+def test_each_required_variable_is_set_by_the_program_and_enforced_by_the_trainer(name):
+    parsed, world = configured("prod")
+    pod, hostname = pod_of(world, 1)
+    env = kubelet_env(workload.pod_env(parsed, world), pod, {})
+    assert env.get(name), f"the program does not set {name}"
+    del env[name]
+    with pytest.raises(WorldError) as raised:
+        resolve_world(env, hostname)
+    assert name in {problem.name for problem in raised.value.problems}
+
+
+def test_every_mirror_agrees_after_the_kubelet_expands_it():
+    parsed, world = configured("prod", nodes="64")
+    pod, _ = pod_of(world, 63)
+    env = kubelet_env(workload.pod_env(parsed, world), pod, {})
+    for mirror, original in contract.PET_MIRRORS.items():
+        assert env[mirror] == env[original], mirror
+    assert env[contract.PET_NODE_RANK.name] == "63"
