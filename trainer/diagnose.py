@@ -52,7 +52,7 @@ def diagnose(env: Mapping[str, str], hostname: str, wait_s: float) -> list[Check
     else:
         print(world.summary())
         checks = [Check("pod env", OK, f"{world.scheme} scheme, node rank from {world.rank_source}")]
-        checks += preflight(world, env, wait_s)[0]
+        checks += preflight(world, env, wait_s).checks
     return checks + [torch_check()]
 
 

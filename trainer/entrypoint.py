@@ -14,7 +14,7 @@ from typing import Sequence
 
 from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED
 from trainer.launch import ArgsError, torchrun_argv, torchrun_env
-from trainer.preflight import FAIL, preflight
+from trainer.preflight import preflight
 from trainer.world import World, WorldError, resolve_world
 
 __all__ = ["World", "WorldError", "resolve_world", "torchrun_argv", "main"]
@@ -24,23 +24,22 @@ def main(user_args: Sequence[str]) -> int:
     env = dict(os.environ)
     try:
         world = resolve_world(env, socket.gethostname())
-        argv = torchrun_argv(world, user_args)
+        torchrun_argv(world, user_args)  # refuse contradicting user args before waiting for anything
     except (WorldError, ArgsError) as exc:
         print(f"[DDP] cannot start: {exc}", file=sys.stderr, flush=True)
         return EXIT_BAD_ENV
     print(world.summary(), flush=True)
-    checks, settings = preflight(world, env, world.master_wait_timeout)
-    for check in checks:
+    checked = preflight(world, env, world.master_wait_timeout)
+    for check in checked.checks:
         print(check.line(), flush=True)
-    failed = [check.name for check in checks if check.status == FAIL]
-    if failed:
-        print(f"[PREFLIGHT] not starting torchrun: {', '.join(failed)} failed (see the 'next:' lines above)",
+    if checked.failed:
+        print(f"[PREFLIGHT] not starting torchrun: {', '.join(checked.failed)} failed (see the 'next:' lines above)",
               file=sys.stderr, flush=True)  # fmt: skip
         return EXIT_PREFLIGHT_FAILED
+    argv = torchrun_argv(world, user_args, local_addr=checked.local_addr)
     print(f"[DDP] exec {shlex.join(argv)}", flush=True)
     # exec, so torchrun is the process Kubernetes signals and its exit status is the container's
-    os.execve(argv[0], argv, {**torchrun_env(world, env), **settings})
-
+    os.execve(argv[0], argv, {**torchrun_env(world, env), **checked.env})
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -12,13 +12,13 @@ from trainer.world import World
 # argument repeating one would silently disagree with NNODES / WORLD_SIZE.
 _WORLD_FLAGS = (
     "nnodes", "nproc-per-node", "node-rank", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf",
-    "max-restarts", "master-addr", "master-port", "standalone",
+    "max-restarts", "master-addr", "master-port", "standalone", "local-addr",
 )  # fmt: skip
 # torchrun's own options that take a value; knowing them lets us find where the script starts.
 _VALUED = {
     "--monitor-interval", "--monitor_interval", "--start-method", "--start_method", "--role", "--log-dir",
     "--log_dir", "-r", "--redirects", "-t", "--tee", "--local-ranks-filter", "--local_ranks_filter",
-    "--logs-specs", "--logs_specs", "--rdzv-timeout", "--local-addr", "--local_addr", "--event-log-handler",
+    "--logs-specs", "--logs_specs", "--event-log-handler", "--event_log_handler",
 }  # fmt: skip
 
 
@@ -29,8 +29,14 @@ class ArgsError(ValueError):
     pass
 
 
-def torchrun_argv(world: World, user_args: Sequence[str], python: str = sys.executable) -> list[str]:
-    """`python -m torch.distributed.run <world flags> <user args>`; user args pass through verbatim."""
+def torchrun_argv(
+    world: World, user_args: Sequence[str], local_addr: str | None = None, python: str = sys.executable
+) -> list[str]:
+    """`python -m torch.distributed.run <world flags> <user args>`; user args pass through verbatim.
+
+    local_addr: the address other pods reach this one at (see preflight.own_address); without it
+    torchrun advertises the FQDN.
+    """
     _reject_world_flags(user_args)
     conf = _rdzv_conf(world)
     argv = [
@@ -43,6 +49,8 @@ def torchrun_argv(world: World, user_args: Sequence[str], python: str = sys.exec
         "--rdzv-conf=" + ",".join(f"{key}={value}" for key, value in conf.items()),
         f"--max-restarts={world.max_restarts}",
     ]  # fmt: skip
+    if local_addr:
+        argv.append(f"--local-addr={local_addr}")
     if world.rdzv_backend == "static":
         # only the static backend takes the node rank as given (c10d and etcd assign ranks by arrival)
         argv += [f"--node-rank={world.node_rank}", f"--master-addr={world.master_addr}", f"--master-port={world.master_port}"]

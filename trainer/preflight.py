@@ -101,14 +101,35 @@ def _advice_for(stage: str, host: str, port: int) -> str:
     )
 
 
-def interface_towards(host: str, port: int) -> str | None:
-    """The name of the interface the kernel would use to reach `host` (no packet is sent)."""
+def local_address_towards(host: str, port: int) -> str | None:
+    """This pod's address on the route to `host` (a UDP connect sends no packet)."""
     try:
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.connect(address)
-            local_ip = probe.getsockname()[0]
+            return probe.getsockname()[0]
     except OSError:
+        return None
+
+
+def own_address(host: str, port: int) -> tuple[Check, str | None]:
+    """The address torchrun advertises for this node: its default, the FQDN, resolves from other pods
+    only when the pod has a subdomain, while the address that routes to the master always does."""
+    address = local_address_towards(host, port)
+    source = f"the route to {host}"
+    if address is None:  # pod 0's own DNS record may not be published yet; /etc/hosts has the pod IP
+        try:
+            address, source = socket.gethostbyname(socket.gethostname()), "/etc/hosts"
+        except OSError:
+            return Check("local address", WARN, "neither a route to the master nor /etc/hosts gives this pod's address",
+                         "torchrun falls back to the FQDN; give the pods a subdomain (the headless Service)"), None  # fmt: skip
+    return Check("local address", OK, f"{address} (from {source})"), address
+
+
+def interface_towards(host: str, port: int) -> str | None:
+    """The name of the interface the kernel would use to reach `host`."""
+    local_ip = local_address_towards(host, port)
+    if local_ip is None:
         return None
     return next((name for name, ip in interface_addresses().items() if ip == local_ip), None)
 
@@ -188,19 +209,31 @@ def _mib(size: int) -> str:
     return f"{size / (1 << 20):.0f} MiB"
 
 
-def preflight(world: World, env: Mapping[str, str], wait_s: float, log: Callable[[str], None] = print) -> tuple[list[Check], dict[str, str]]:
-    """All checks for this pod, and the env settings they chose for torchrun."""
+@dataclass(frozen=True)
+class Preflight:
+    checks: list[Check]
+    env: dict[str, str]  # settings chosen for torchrun's env (network interfaces)
+    local_addr: str | None  # what torchrun should advertise for this node
+
+    @property
+    def failed(self) -> list[str]:
+        return [check.name for check in self.checks if check.status == FAIL]
+
+
+def preflight(world: World, env: Mapping[str, str], wait_s: float, log: Callable[[str], None] = print) -> Preflight:
+    """All checks for this pod, and what they chose for torchrun."""
     host, port = parse_endpoint(world.rdzv_endpoint)
     checks = []
     if world.hosts_rendezvous:
         checks.append(Check(f"reach {host}:{port}", OK, "this pod hosts the rendezvous store: nothing to wait for"))
     else:
         checks.append(wait_for_endpoint(host, port, wait_s, log=log))
+    address_check, local_addr = own_address(world.master_addr, world.master_port)
     interface, settings = choose_interface(env, world.master_addr, world.master_port)
-    checks.append(interface)
+    checks += [address_check, interface]
     checks.append(check_shm(expected=_optional_int(env.get(c.SHM_SIZE_BYTES.name))))
     checks.append(check_gpus(_optional_int(env.get(c.GPUS_PER_NODE.name)), world.nproc_per_node, env=env))
-    return checks, settings
+    return Preflight(checks, settings, local_addr)
 
 
 def _optional_int(value: str | None) -> int | None:

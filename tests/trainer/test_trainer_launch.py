@@ -95,3 +95,8 @@ def test_torchrun_env_drops_the_node_rank_mirror_where_torchrun_ignores_it():
     env = pod_env("w-1", 29500, backend="c10d", node_rank="1", **{c.PET_NODE_RANK.name: "1"})
     run_env = torchrun_env(resolve_world(env, "w-1"), env)
     assert c.PET_NODE_RANK.name not in run_env and run_env[c.NODE_RANK.name] == "1"
+
+
+def test_the_local_address_found_by_the_preflight_is_advertised():
+    assert flags(torchrun_argv(world(), ["train.py"], local_addr="10.1.2.3"))["local-addr"] == "10.1.2.3"
+    assert "local-addr" not in flags(torchrun_argv(world(), ["train.py"]))

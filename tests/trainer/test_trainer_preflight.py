@@ -11,7 +11,9 @@ import pytest
 from trainer_testing import free_port
 
 from trainer import contract as c
-from trainer.preflight import FAIL, OK, WARN, check_gpus, check_shm, choose_interface, visible_gpus, wait_for_endpoint
+from trainer.preflight import (
+    FAIL, OK, WARN, check_gpus, check_shm, choose_interface, own_address, visible_gpus, wait_for_endpoint,
+)  # fmt: skip
 
 
 def listen_later(port: int, delay_s: float) -> threading.Thread:
@@ -109,3 +111,11 @@ def test_gpu_check_fails_when_the_pod_lacks_what_it_asked_for(fake_dev):
     assert check_gpus(2, 3, fake_dev, env={}).status == FAIL
     assert check_gpus(0, 2, fake_dev, env={}).status == OK
     assert check_gpus(None, 1, fake_dev, env={}).status == OK
+
+
+@pytest.mark.timeout(10)
+def test_the_local_address_is_the_one_that_routes_to_the_master():
+    check, address = own_address("127.0.0.1", 29500)
+    assert (check.status, address) == (OK, "127.0.0.1")
+    check, address = own_address("pod-0.not-yet-published.invalid", 29500)
+    assert check.status == OK and "/etc/hosts" in check.detail and address
