@@ -137,8 +137,9 @@ class Trainer:
         if self.d.is_main:
             self.run.forget_metrics_from(self.progress.epoch + 1)
         p = self.progress
-        self.log(f"[CKPT] resumed from {Path(chosen).name}: epoch {p.epoch + 1} step {p.step_in_epoch}/{self.steps_per_epoch}, "
-                 f"global step {p.global_step}")  # fmt: skip
+        where = (f"all {p.epoch} epochs done" if p.epoch >= self.cfg.epochs
+                 else f"epoch {p.epoch + 1} step {p.step_in_epoch}/{self.steps_per_epoch}")  # fmt: skip
+        self.log(f"[CKPT] resumed from {Path(chosen).name}: {where}, global step {p.global_step}")
 
     def save_checkpoint(self, reason: str) -> None:
         """Called by every rank (the RNG states are gathered); rank 0 writes."""
