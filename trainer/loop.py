@@ -124,6 +124,8 @@ class Trainer:
                 self.run.forget_metrics_from(1)
             return
         state = found[1] if self.d.is_main else checkpoint.load(Path(chosen))
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{chosen} has checkpoint format {state.get('format')}, this trainer reads {CHECKPOINT_FORMAT}")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])

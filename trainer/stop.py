@@ -17,9 +17,8 @@ class StopRequest:
     def __init__(self) -> None:
         self.signal: int | None = None
 
-    def install(self) -> "StopRequest":
+    def install(self) -> None:
         signal.signal(signal.SIGTERM, self._record)
-        return self
 
     def uninstall(self) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

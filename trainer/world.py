@@ -72,7 +72,6 @@ class World:
     master_wait_timeout: float
     rank_source: str  # where node_rank came from, for the log
     scheme: str  # "contract" or "seed-000"
-    run_name: str | None
 
     @property
     def hosts_rendezvous(self) -> bool:
@@ -229,7 +228,7 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> World:
         node_rank=node_rank, nnodes=nnodes, nproc_per_node=nproc, world_size=world_size,
         master_addr=master_addr, master_port=master_port, rdzv_backend=backend, rdzv_id=rdzv_id,
         rdzv_endpoint=endpoint, timeouts=timeouts, max_restarts=max_restarts, master_wait_timeout=wait,
-        rank_source=rank_source, scheme="contract", run_name=env.get(c.RUN_NAME.name),
+        rank_source=rank_source, scheme="contract",
     )  # fmt: skip
 
 
@@ -330,5 +329,5 @@ def _resolve_seed000(env: Mapping[str, str], hostname: str) -> World:
         rdzv_endpoint=f"{master}:{port}",
         timeouts=Timeouts(DEFAULT_JOIN_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_CLOSE_TIMEOUT),
         max_restarts=DEFAULT_MAX_RESTARTS, master_wait_timeout=wait,
-        rank_source=source, scheme="seed-000", run_name=env.get(c.RUN_NAME.name),
+        rank_source=source, scheme="seed-000",
     )  # fmt: skip
