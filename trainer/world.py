@@ -72,6 +72,7 @@ class World:
     master_wait_timeout: float
     rank_source: str  # where node_rank came from, for the log
     scheme: str  # "contract" or "seed-000"
+    run_name: str | None  # the run directory the trainer will use (RUN_NAME), for the log and cross-checks
 
     @property
     def hosts_rendezvous(self) -> bool:
@@ -83,7 +84,7 @@ class World:
             f"[DDP] rank={self.node_rank} nnodes={self.nnodes} nproc_per_node={self.nproc_per_node} "
             f"world_size={self.world_size} master={self.master_addr}:{self.master_port} "
             f"rdzv={self.rdzv_backend}@{self.rdzv_endpoint} rdzv_id={self.rdzv_id} "
-            f"max_restarts={self.max_restarts} rank_from={self.rank_source}"
+            f"max_restarts={self.max_restarts} rank_from={self.rank_source} run={self.run_name}"
         )
 
 
@@ -228,7 +229,7 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> World:
         node_rank=node_rank, nnodes=nnodes, nproc_per_node=nproc, world_size=world_size,
         master_addr=master_addr, master_port=master_port, rdzv_backend=backend, rdzv_id=rdzv_id,
         rdzv_endpoint=endpoint, timeouts=timeouts, max_restarts=max_restarts, master_wait_timeout=wait,
-        rank_source=rank_source, scheme="contract",
+        rank_source=rank_source, scheme="contract", run_name=env.get(c.RUN_NAME.name),
     )  # fmt: skip
 
 
@@ -329,5 +330,5 @@ def _resolve_seed000(env: Mapping[str, str], hostname: str) -> World:
         rdzv_endpoint=f"{master}:{port}",
         timeouts=Timeouts(DEFAULT_JOIN_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_CLOSE_TIMEOUT),
         max_restarts=DEFAULT_MAX_RESTARTS, master_wait_timeout=wait,
-        rank_source=source, scheme="seed-000",
+        rank_source=source, scheme="seed-000", run_name=env.get(c.RUN_NAME.name),
     )  # fmt: skip
