@@ -41,5 +41,6 @@ def main(user_args: Sequence[str]) -> int:
     # exec, so torchrun is the process Kubernetes signals and its exit status is the container's
     os.execve(argv[0], argv, {**torchrun_env(world, env), **checked.env})
 
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
