@@ -142,9 +142,10 @@ class LocalApiServer:
         self.ca_file = str(self.workdir / "serving.crt")
 
     def _spawn(self, name, argv):
-        log = open(self.workdir / f"{name}.log", "wb")
-        with log:
-            self._procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        with open(self.workdir / f"{name}.log", "wb") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc.log_path = log.name
+        self._procs.append(proc)
 
     def _start_etcd(self):
         client, peer = _free_port(), _free_port()
@@ -206,9 +207,9 @@ class LocalApiServer:
             time.sleep(0.25)
         raise TimeoutError(f"kube-apiserver not ready after {self.startup_timeout} s: {last}")
 
-    def _log_tail(self, proc):
-        name = Path(proc.args[0]).name
-        return (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
+    @staticmethod
+    def _log_tail(proc):
+        return Path(proc.log_path).read_text(errors="replace")[-3000:]
 
     def _write_kubeconfig(self):
         # JSON is YAML: kubectl and the Kubernetes clients read it as a kubeconfig.
