@@ -1,0 +1,90 @@
+"""The program's objects against a real Kubernetes API server (etcd + kube-apiserver on loopback,
+built by toolchain/build.sh): admission, defaulting and validation as a cluster does them, and
+what a scale-out really changes in the stored objects.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from infra_harness import evaluated
+from toolchain.apiserver import LocalApiServer
+from trainer import contract
+
+KUBECTL_TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def api():
+    with LocalApiServer() as server:
+        yield server
+
+
+def objects(stack: str, nodes: int, kind: str = contract.STATEFULSET) -> list[dict[str, Any]]:
+    """The Kubernetes objects the program registers, as the provider would send them."""
+    evaluation = evaluated(stack, nodes, kind)
+    return [r.manifest for r in evaluation.registered if r.custom and r.type.startswith("kubernetes:")]
+
+
+def kubectl(api: LocalApiServer, *args: str, documents: list[dict[str, Any]] | None = None) -> str:
+    result = subprocess.run(
+        ["kubectl", "--kubeconfig", api.kubeconfig, *args],
+        # JSON, as the provider sends it: YAML written by PyYAML leaves strings such as 3e-3
+        # unquoted, and kubectl's YAML reader takes those for numbers.
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": documents}) if documents is not None else None,
+        capture_output=True, text=True, timeout=KUBECTL_TIMEOUT,
+    )  # fmt: skip
+    assert result.returncode == 0, f"kubectl {' '.join(args)} failed:\n{result.stderr}"
+    return result.stdout
+
+
+def apply(api: LocalApiServer, documents: list[dict[str, Any]], *flags: str) -> str:
+    """Namespaces for real first (a server dry run of a namespaced object needs its namespace), then the rest."""
+    namespaces = [doc for doc in documents if doc["kind"] == "Namespace"]
+    if namespaces:
+        kubectl(api, "apply", "-f", "-", documents=namespaces)
+    return kubectl(api, "apply", *flags, "-f", "-", documents=[doc for doc in documents if doc["kind"] != "Namespace"])
+
+
+def stored_versions(api: LocalApiServer, documents: list[dict[str, Any]]) -> dict[str, str]:
+    """resourceVersion of each object as the API server stores it, by kind/name."""
+    versions = {}
+    for doc in documents:
+        meta = doc["metadata"]
+        args = ["get", doc["kind"].lower(), meta["name"], "-o", "json"]
+        stored = json.loads(kubectl(api, *args, *(["-n", meta["namespace"]] if "namespace" in meta else [])))
+        versions[f"{doc['kind']}/{meta['name']}"] = stored["metadata"]["resourceVersion"]
+    return versions
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("stack", ("dev", "prod"))
+@pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
+def test_the_api_server_admits_every_object(api, stack, kind):
+    documents = objects(stack, 64, kind)
+    out = apply(api, documents, "--dry-run=server")
+    for doc in documents:
+        if doc["kind"] != "Namespace":
+            assert f"{doc['kind'].lower()}" in out.lower() and doc["metadata"]["name"] in out
+
+
+@pytest.mark.timeout(180)
+def test_scaling_a_deployed_world_changes_only_the_statefulset(api):
+    small, large = objects("dev", 2), objects("dev", 64)
+    apply(api, small)
+    before = stored_versions(api, small)
+    apply(api, large)
+    after = stored_versions(api, large)
+
+    assert before.keys() == after.keys()
+    changed = {key for key in before if before[key] != after[key]}
+    assert changed == {"StatefulSet/trainer"}
+    statefulset = json.loads(kubectl(api, "get", "statefulset", "trainer", "-n", "ddp-dev", "-o", "json"))
+    assert statefulset["spec"]["replicas"] == 64
+    env = {var["name"]: var.get("value") for var in statefulset["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env[contract.NNODES.name] == env[contract.PET_NNODES.name] == "64"
+    assert env[contract.WORLD_SIZE.name] == "64"
