@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 from dataclasses import dataclass
@@ -79,5 +80,12 @@ def _to_bytes(tensor: torch.Tensor) -> bytes:
 
 
 def shutdown() -> None:
+    """Leave the group together and release it before the interpreter exits.
+
+    A rank that exits while a peer still tears down can abort that peer (the store host leaves
+    first), and a group freed by interpreter finalization instead of here can abort at exit.
+    """
     if dist.is_initialized():
+        gc.collect()  # drop what still holds the group (a DDP wrapper in a reference cycle)
+        dist.barrier()
         dist.destroy_process_group()

@@ -71,6 +71,13 @@ def config_of(args: argparse.Namespace) -> TrainConfig:
     )  # fmt: skip
 
 
+def train(args: argparse.Namespace, d: distributed.Dist, stop: StopRequest) -> None:
+    task = TASKS[args.task].make_task(args)
+    trainer = Trainer(task, d, config_of(args), RunDir(args.out_dir / args.run_name), stop, args.run_name)
+    trainer.resume()
+    trainer.fit()
+
+
 @record  # torchrun then reports a worker's traceback instead of only its exit code
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
@@ -81,22 +88,19 @@ def main(argv: list[str]) -> int:
     print(f"[DDP] process rank={d.rank} world_size={d.world_size} local_rank={d.local_rank} "
           f"device={d.device} run={args.run_name}", flush=True)  # fmt: skip
     try:
-        task = TASKS[args.task].make_task(args)
-        trainer = Trainer(task, d, config_of(args), RunDir(args.out_dir / args.run_name), stop, args.run_name)
-        trainer.resume()
-        trainer.fit()
+        train(args, d, stop)
+        code = 0
     except Stopped as stopped:
         if d.is_main:
             print(f"[STOP] {stopped}; checkpoint written, exiting {EXIT_STOPPED} so the run resumes", flush=True)
-        distributed.shutdown()
-        return EXIT_STOPPED
+        code = EXIT_STOPPED
     except BaseException:
         # A failed collective means a peer is gone: tearing the group down could wait on it, and a
         # SIGTERM from torchrun (closing this world to restart it) must now end the process at once.
         stop.uninstall()
         raise
-    distributed.shutdown()
-    return 0
+    distributed.shutdown()  # after train() returned, so the model's DDP wrapper no longer holds the group
+    return code
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
