@@ -7,6 +7,7 @@ Standard library only: it runs before torch is imported.
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import re
 import socket
@@ -23,6 +24,7 @@ OK, WARN, FAIL = "ok", "warn", "FAIL"
 MIN_SHM_BYTES = 1 << 30  # DataLoader workers and NCCL's intra-node transport both live in /dev/shm
 DOCKER_DEFAULT_SHM_BYTES = 64 << 20
 _SIOCGIFADDR = 0x8915
+STILL_WAITING_EVERY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -55,16 +57,19 @@ def wait_for_endpoint(
     start = time.monotonic()
     delay = first_delay_s
     attempt = 0
-    last_error = ""
+    last_error, last_logged = "", -math.inf
     while True:
         attempt += 1
         stage, error = _probe(host, port, connect_timeout_s)
+        elapsed = time.monotonic() - start
         if error is None:
-            return Check(name, OK, f"DNS answered and the port accepted after {attempt} attempt(s)")
-        if error != last_error:
-            log(f"[PREFLIGHT] waiting for {host}:{port}: {stage} failed ({error}); retrying until the deadline")
-            last_error = error
-        left = deadline_s - (time.monotonic() - start)
+            return Check(name, OK, f"DNS answered and the port accepted after {attempt} attempt(s), {elapsed:.0f} s")
+        # a new error at once, the same one now and then: a long wait must not look like a hang
+        if error != last_error or elapsed - last_logged >= STILL_WAITING_EVERY_S:
+            log(f"[PREFLIGHT] waiting for {host}:{port}: {stage} failed ({error}); "
+                f"{elapsed:.0f} s of {deadline_s:g} s")  # fmt: skip
+            last_error, last_logged = error, elapsed
+        left = deadline_s - elapsed
         if left <= 0:
             return Check(name, FAIL, f"{stage} still failing after {attempt} attempt(s) in {deadline_s:g} s: {error}",
                          _advice_for(stage, host, port))  # fmt: skip

@@ -43,6 +43,7 @@ def test_waits_for_a_port_that_opens_late():
     server.join(5)
     assert check.status == OK, check
     assert any("TCP connect failed" in line for line in lines), "the refused attempts should have been logged"
+    assert len(lines) == 1, "one line per distinct error, not one per attempt"
 
 
 @pytest.mark.timeout(30)
