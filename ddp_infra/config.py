@@ -39,11 +39,6 @@ PROJECT = "ddp-infra"
 MAX_NODES = 1024  # a StatefulSet this size is already far beyond what one rendezvous handles well
 MAX_GPUS_PER_NODE = 16
 GPU_RESOURCE = "nvidia.com/gpu"
-DEFAULT_TRAIN_ARGS = (
-    "-m", "trainer.train", "smoke",
-    "--epochs", "2", "--batch", "256", "--samples", "4096", "--features", "128",
-    "--classes", "4", "--lr", "3e-3", "--seed", "42",
-)  # fmt: skip
 # Label prefix the program owns: selectors and the recommended labels live here.
 RESERVED_LABEL_PREFIX = "app.kubernetes.io/"
 # Env the program sets itself besides the contract's names.
@@ -293,7 +288,7 @@ class RunConfig(_Model):
         None, description="Run directory under /out; stable so a restart resumes (unset: the workload name)."
     )
     args: tuple[str, ...] = Field(
-        DEFAULT_TRAIN_ARGS, min_length=1, description="What you would write after `torchrun`: script or -m module and its arguments."
+        contract.DEFAULT_TRAIN_ARGS, min_length=1, description="What you would write after `torchrun`: script or -m module and its arguments."
     )
 
 

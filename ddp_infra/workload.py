@@ -13,8 +13,6 @@ from trainer import contract
 from .config import GPU_RESOURCE, StackConfig, parse_quantity
 from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, RENDEZVOUS_PORT_NAME, World
 
-ENTRYPOINT = ("python", "-m", "trainer.entrypoint")
-IMAGE_UID = 1000  # the trainer image runs as uid/gid 1000
 SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
 TMP_MOUNT = "/tmp"
 # Where a pod's own index comes from, per workload kind (the downward API reads it).
@@ -133,7 +131,7 @@ def container(config: StackConfig, world: World) -> dict[str, Any]:
         "name": CONTAINER_NAME,
         "image": config.image.name,
         "imagePullPolicy": config.image.pull_policy,
-        "command": list(ENTRYPOINT),
+        "command": list(contract.ENTRYPOINT_COMMAND),
         "args": list(config.run.args),
         "ports": [{"name": RENDEZVOUS_PORT_NAME, "containerPort": world.rendezvous_port, "protocol": "TCP"}],
         "env": pod_env(config, world),
@@ -178,9 +176,9 @@ def pod_template(config: StackConfig, world: World) -> dict[str, Any]:
         "terminationGracePeriodSeconds": config.workload.termination_grace_period_seconds,
         "securityContext": {
             "runAsNonRoot": True,
-            "runAsUser": IMAGE_UID,
-            "runAsGroup": IMAGE_UID,
-            "fsGroup": IMAGE_UID,
+            "runAsUser": contract.IMAGE_UID,
+            "runAsGroup": contract.IMAGE_GID,
+            "fsGroup": contract.IMAGE_GID,
             # Recursive chown of a large dataset volume on every start would delay each pod.
             "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},

@@ -36,10 +36,12 @@ DEFAULT_FOLD_LINES = 40
 DEFAULT_TIMEOUT_S = 1200
 # The operations the summary always shows, in this order; others follow when they occur.
 SUMMARY_OPS = ("create", "update", "replace", "delete", "same")
-# Engine step operations that destroy an existing resource (a replacement shows up as several).
-DESTRUCTIVE_OPS = frozenset(
-    {"delete", "replace", "create-replacement", "delete-replaced", "discard", "discard-replaced", "import-replacement"}
-)
+# Engine step operations that destroy an existing resource, by what the warning calls them
+# (one replacement shows up as several steps).
+DESTRUCTIVE_OPS = {
+    "replace": "replace", "create-replacement": "replace", "delete-replaced": "replace",
+    "discard-replaced": "replace", "import-replacement": "replace", "delete": "delete", "discard": "delete",
+}  # fmt: skip
 PVC_TYPE = "kubernetes:core/v1:PersistentVolumeClaim"
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Pulumi's diff starts each changed line with a mark: two characters ("+-" replace, "++" create
@@ -119,7 +121,7 @@ def _apply_events(preview: Preview, events: list[dict]) -> None:
             op, urn = step["metadata"]["op"], step["metadata"]["urn"]
             counted.setdefault(op, set()).add(urn)
             if op in DESTRUCTIVE_OPS:
-                destroyed.setdefault(urn, op)
+                destroyed[urn] = DESTRUCTIVE_OPS[op]
         elif diagnostic := event.get("diagnosticEvent"):
             if diagnostic.get("severity") == "error":
                 preview.errors.append(ANSI_ESCAPE.sub("", diagnostic["message"]).strip())
