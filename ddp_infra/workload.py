@@ -242,6 +242,9 @@ def job_manifest(config: StackConfig, world: World) -> dict[str, Any]:
             "ttlSecondsAfterFinished": config.workload.ttl_seconds_after_finished,
             # A replacement pod starts only once the failed one is gone, so an index is never doubled.
             "podReplacementPolicy": "Failed",
+            # An evicted or preempted pod is replaced and resumes from its checkpoint instead of
+            # counting against backoffLimit (the trainer exits non-zero after a SIGTERM checkpoint).
+            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
             "template": pod_template(config, world),
         },
     }

@@ -56,6 +56,8 @@ def test_workload_runs_one_pod_per_node(evaluation, nodes, kind):
         assert spec["completions"] == spec["parallelism"] == nodes
         assert spec["ttlSecondsAfterFinished"] > 0
         assert evaluation.pod_spec["restartPolicy"] == "Never"
+        # an eviction replaces the pod rather than failing the Job
+        assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]} in spec["podFailurePolicy"]["rules"]
 
 
 @pulumi.runtime.test
