@@ -88,10 +88,14 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.sampler = ResumableSampler(task.train_set, d.world_size, d.rank, shuffle=True, seed=cfg.seed, drop_last=True)
         pin = d.device.type == "cuda"
-        self.loader = DataLoader(task.train_set, cfg.batch, sampler=self.sampler, drop_last=True, num_workers=cfg.workers, pin_memory=pin)
+        # Starting an iterator draws a seed for the loader's workers: from a generator of the loaders' own, not
+        # from the global RNG that dropout uses, which a resumed epoch's extra start would shift.
+        loader_rng = torch.Generator().manual_seed(cfg.seed + d.rank)
+        self.loader = DataLoader(task.train_set, cfg.batch, sampler=self.sampler, drop_last=True, num_workers=cfg.workers,
+                                 pin_memory=pin, generator=loader_rng)  # fmt: skip
         # each rank validates every world_size-th item: no padding, so the mean is over the exact set
         shard = Subset(task.val_set, range(d.rank, len(task.val_set), d.world_size))
-        self.val_loader = DataLoader(shard, cfg.batch, num_workers=cfg.workers, pin_memory=pin)
+        self.val_loader = DataLoader(shard, cfg.batch, num_workers=cfg.workers, pin_memory=pin, generator=loader_rng)
         self.steps_per_epoch = self.sampler.num_samples // cfg.batch // cfg.grad_accum
         if self.steps_per_epoch == 0:
             raise ValueError(
