@@ -1,7 +1,9 @@
 """The real job: a causal language model trained on JSONL text from the data volume.
 
 By default a small GPT with a byte tokenizer (nothing to download). With --model-local-dir, a
-Hugging Face model directory from the models volume, loaded offline (local_files_only).
+Hugging Face causal LM directory from the models volume, loaded offline (local_files_only). That
+needs the transformers package, which the image leaves out by default: to have it, add the
+`transformers==` line of requirements-dev.txt (the version the tests run) to trainer/requirements.txt.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import os
 from pathlib import Path
 
+import torch
 import torch.nn.functional as F
 
 from trainer import contract as c
@@ -60,17 +63,22 @@ def _hugging_face_task(args: argparse.Namespace) -> Task:
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
-        raise SystemExit("--model-local-dir needs the transformers package, which this image does not have") from exc
+        raise SystemExit(
+            "--model-local-dir needs the transformers package, which is not installed: "
+            "pip install transformers (for the image, see the docstring of trainer/lm.py)"
+        ) from exc
     model_dir = args.models_dir / args.model_local_dir  # an absolute --model-local-dir wins the join
+    # fp32 weights whatever the directory holds (often bf16): the optimizer updates them, autocast does the rest
+    model = _load_local("--model-local-dir", model_dir, AutoModelForCausalLM, dtype=torch.float32)
+    tokenizer_flag = "--tokenizer-local-dir" if args.tokenizer_local_dir else "--model-local-dir"
     tokenizer_dir = args.models_dir / (args.tokenizer_local_dir or args.model_local_dir)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, local_files_only=True)
+    tokenizer = _load_local(tokenizer_flag, tokenizer_dir, AutoTokenizer)
     if tokenizer.eos_token_id is None:
         raise SystemExit(f"the tokenizer in {tokenizer_dir} has no end-of-sequence token to separate documents")
     train_set, val_set = _datasets(args, lambda text: tokenizer(text)["input_ids"], tokenizer.eos_token_id)
 
     def loss(model, blocks):
-        logits = model(input_ids=blocks[:, :-1]).logits
+        logits = model(input_ids=blocks[:, :-1], use_cache=False).logits  # no cache: nothing generates
         targets = blocks[:, 1:]
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1)), targets.numel()
 
@@ -79,3 +87,13 @@ def _hugging_face_task(args: argparse.Namespace) -> Task:
         tokenizer.save_pretrained(directory)
 
     return Task(model, train_set, val_set, loss, "tokens", save)
+
+
+def _load_local(flag: str, directory: Path, auto_class, **options):
+    """`auto_class.from_pretrained` on a local directory only: a bad one is named by its flag, not taken for a hub id."""
+    if not directory.is_dir():
+        raise SystemExit(f"{flag} {directory}: no such directory (a relative path is taken under --models-dir)")
+    try:
+        return auto_class.from_pretrained(directory, local_files_only=True, **options)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{flag} {directory}: not a Hugging Face directory that {auto_class.__name__} can load: {exc}") from exc
