@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import random
 
 import pytest
 import torch
-from trainer_testing import PYTHON, SMOKE_ARGS, clean_env, done_lines, entrypoint_command, free_port, pod_env, run_to_end, same_result
+from trainer_testing import (
+    PYTHON, SMOKE_ARGS, clean_env, done_lines, entrypoint_command, free_port, pod_env, run_to_end, same_result, write_corpus,
+)  # fmt: skip
 
 SMOKE = SMOKE_ARGS[2:]  # the subcommand and its flags, without "-m trainer.train"
 
@@ -64,16 +65,6 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path):
     assert whole["steps"] == halves["steps"] == "16"
     assert float(halves["val_loss"]) == pytest.approx(float(whole["val_loss"]), rel=1e-4)
     assert float(halves["params_sum"]) == pytest.approx(float(whole["params_sum"]), rel=1e-3)
-
-
-def write_corpus(directory, seed: int = 0) -> None:
-    rng = random.Random(seed)
-    words = ["the", "pod", "trains", "a", "model", "on", "text", "and", "writes", "checkpoints", "ünïcode", "日本"]
-    directory.mkdir()
-    for name, count in (("train.jsonl", 160), ("val.jsonl", 40)):
-        with open(directory / name, "w", encoding="utf-8") as file:
-            for _ in range(count):
-                file.write(json.dumps({"text": " ".join(rng.choice(words) for _ in range(rng.randint(5, 30)))}) + "\n")
 
 
 @pytest.mark.timeout(240)

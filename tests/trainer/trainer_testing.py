@@ -1,8 +1,10 @@
-"""Helpers for the trainer's tests: pod envs, free ports, processes and their logs."""
+"""Helpers for the trainer's tests: pod envs, free ports, processes and their logs, a text corpus."""
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -105,7 +107,6 @@ class Proc:
             time.sleep(0.05)
 
 
-
 def done_lines(text: str) -> list[dict[str, str]]:
     """The `[DONE] k=v ...` lines of a log, parsed."""
     return [dict(field.split("=", 1) for field in line.split()[1:]) for line in text.splitlines() if line.startswith("[DONE]")]
@@ -152,3 +153,14 @@ def worker_pids(agent_pid: int) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def write_corpus(directory: Path, seed: int = 0) -> None:
+    """train.jsonl and val.jsonl of random sentences over a few words, some beyond ASCII."""
+    rng = random.Random(seed)
+    words = ["the", "pod", "trains", "a", "model", "on", "text", "and", "writes", "checkpoints", "ünïcode", "日本"]
+    directory.mkdir()
+    for name, count in (("train.jsonl", 160), ("val.jsonl", 40)):
+        with open(directory / name, "w", encoding="utf-8") as file:
+            for _ in range(count):
+                file.write(json.dumps({"text": " ".join(rng.choice(words) for _ in range(rng.randint(5, 30)))}) + "\n")
