@@ -155,7 +155,7 @@ component() {
   elif grep -q 'This module version is not available\|403 Forbidden\|404 Not Found\|410 Gone' "$log"; then
     echo "[toolchain] UNAVAILABLE: $name: the Go module proxy does not serve a module it needs:" >&2
     grep -m3 'not available\|403 Forbidden\|404 Not Found\|410 Gone' "$log" | sed 's/^/    /' >&2
-    unavailable+=("$name")
+    unavailable+=("$name: $(grep -m1 'not available\|403 Forbidden\|404 Not Found\|410 Gone' "$log")")
   else
     echo "[toolchain] FAILED: $name after $((SECONDS - start)) s; the end of $log:" >&2
     tail -n 20 "$log" | sed 's/^/    /' >&2
@@ -200,8 +200,14 @@ sys.exit(0 if any((p["kind"], p["name"], p["version"]) == want for p in json.loa
   fi
 fi
 
+# What the proxy refused, one component a line with its answer, for the tests that need it
+# (tests/engine skips with this reason; any other missing tool fails them).
+unavailable_file=$bin_dir/UNAVAILABLE
 if [ ${#unavailable[@]} -gt 0 ]; then
-  echo "[toolchain] not built, their modules are not served by the Go module proxy: ${unavailable[*]}" >&2
+  printf '%s\n' "${unavailable[@]}" >"$unavailable_file"
+  echo "[toolchain] not built, their modules are not served by the Go module proxy: ${unavailable[*]%%:*}" >&2
+else
+  rm -f "$unavailable_file"
 fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "[toolchain] build failed: ${failed[*]}" >&2
