@@ -10,8 +10,8 @@ operations, a warning when anything would be replaced or deleted (a PersistentVo
 all: that loses data), and the diff itself, folded when long and cut to fit GitHub's comment limit.
 
 The CLI masks secrets in what it prints, and this script never asks it for plaintext
-(no --show-secrets). The engine's event log (a hidden CLI flag the Automation API relies on) gives
-the counts and operations from the same run, so the preview runs once.
+(no --show-secrets). The counts and the operations come from the same text the reviewer reads
+(the `Resources:` summary and each resource's `(operation)`), so they can never disagree with it.
 
 Exit status: 0 when the preview succeeded; otherwise the preview's own status (or 1), with the
 error in the markdown.
@@ -20,13 +20,11 @@ error in the markdown.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,7 +61,7 @@ class Preview:
     returncode: int
     output: str  # the human diff, as a reviewer reads it in a terminal
     changes: dict[str, int] = field(default_factory=dict)  # operation -> number of resources
-    destroyed: list[tuple[str, str]] = field(default_factory=list)  # (operation, urn), one per resource
+    destroyed: list[tuple[str, str]] = field(default_factory=list)  # (replace or delete, "Type name")
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -76,23 +74,13 @@ def run_preview(stack: str, cwd: Path, timeout_s: float, env: dict[str, str] | N
     pulumi = shutil.which("pulumi", path=(env or os.environ).get("PATH"))
     if pulumi is None:
         return Preview(stack, 127, "", errors=["the `pulumi` CLI is not on PATH: run `make setup`, then `make preview-diff`"])
-    with tempfile.TemporaryDirectory(prefix="preview-diff-") as tmp:
-        event_log = Path(tmp) / "events.jsonl"
-        command = [
-            pulumi, "preview", "--diff", "--stack", stack, "--non-interactive", "--color", "never",
-            "--event-log", str(event_log),
-        ]  # fmt: skip
-        try:
-            done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired as expired:
-            output = _text(expired.stdout) + _text(expired.stderr)
-            return Preview(stack, 124, output, errors=[f"`pulumi preview` did not finish within {timeout_s:.0f} s"])
-        events = _read_events(event_log)
-    preview = Preview(stack, done.returncode, done.stdout + ("\n" + done.stderr if done.stderr.strip() else ""))
-    _apply_events(preview, events)
-    if preview.failed and not preview.errors:
-        preview.errors.append(done.stderr.strip() or f"`pulumi preview` exited with status {done.returncode}")
-    return preview
+    command = [pulumi, "preview", "--diff", "--stack", stack, "--non-interactive", "--color", "never"]
+    try:
+        done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as expired:
+        output = _text(expired.stdout) + _text(expired.stderr)
+        return Preview(stack, 124, output, errors=[f"`pulumi preview` did not finish within {timeout_s:.0f} s"])
+    return parse_preview(stack, done.returncode, done.stdout, done.stderr)
 
 
 def _text(captured: str | bytes | None) -> str:
@@ -101,35 +89,50 @@ def _text(captured: str | bytes | None) -> str:
     return captured or ""
 
 
-def _read_events(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # the CLI may be cut off mid-line; the rest still counts
-    return events
+# The lines of `pulumi preview --diff` this script reads; everything else is passed on as it is.
+RESOURCE_LINE = re.compile(r"^\s*(?:[-+~<>=]{1,2} ?)?(?P<type>[^\s:]+:[^\s:]*:[^\s:]+): \((?P<op>[a-z-]+)\)$")
+URN_LINE = re.compile(r"^\s*\[urn=(?P<urn>[^\]]+)\]$")
+SUMMARY_CHANGE = re.compile(r"^\s*(?:[-+~<>=]{1,2} ?)?(?P<count>\d+) to (?P<op>[a-z -]+)$")
+SUMMARY_UNCHANGED = re.compile(r"^\s*(?:\d+ changes?\. )?(?P<count>\d+) unchanged$")
 
 
-def _apply_events(preview: Preview, events: list[dict]) -> None:
-    counted: dict[str, set[str]] = {}
-    destroyed: dict[str, str] = {}
-    for event in events:
-        if step := event.get("resourcePreEvent"):
-            op, urn = step["metadata"]["op"], step["metadata"]["urn"]
-            counted.setdefault(op, set()).add(urn)
-            if op in DESTRUCTIVE_OPS:
-                destroyed[urn] = DESTRUCTIVE_OPS[op]
-        elif diagnostic := event.get("diagnosticEvent"):
-            if diagnostic.get("severity") == "error":
-                preview.errors.append(ANSI_ESCAPE.sub("", diagnostic["message"]).strip())
-        elif summary := event.get("summaryEvent"):
-            preview.changes = dict(summary.get("resourceChanges") or {})
-    if not preview.changes:
-        preview.changes = {op: len(urns) for op, urns in counted.items()}
-    preview.destroyed = [(op, urn) for urn, op in destroyed.items()]
+def parse_preview(stack: str, returncode: int, stdout: str, stderr: str) -> Preview:
+    """What the human diff says: each resource's operation, the summary's counts, the errors."""
+    output = ANSI_ESCAPE.sub("", stdout + ("\n" + stderr if stderr.strip() else ""))
+    preview = Preview(stack, returncode, output)
+    lines = output.splitlines()
+    destroyed: dict[str, str] = {}  # resource -> replace or delete
+    section = None
+    for index, line in enumerate(lines):
+        if line in ("Resources:", "Diagnostics:", "Outputs:"):
+            section = line
+        elif section is None and (resource := RESOURCE_LINE.match(line)):
+            if resource["op"] in DESTRUCTIVE_OPS:
+                urns = [m["urn"] for m in map(URN_LINE.match, lines[index + 1 : index + 3]) if m]
+                destroyed[_resource_name(urns[0]) if urns else resource["type"]] = DESTRUCTIVE_OPS[resource["op"]]
+        elif section == "Resources:" and (change := SUMMARY_CHANGE.match(line)):
+            preview.changes[change["op"].strip()] = int(change["count"])
+        elif section == "Resources:" and (unchanged := SUMMARY_UNCHANGED.match(line)):
+            preview.changes["same"] = int(unchanged["count"])
+        elif section == "Diagnostics:" and line.lstrip().startswith("error: "):
+            preview.errors.append(_diagnostic(lines, index))
+    preview.destroyed = [(op, name) for name, op in destroyed.items()]
+    if preview.failed and not preview.errors:
+        preview.errors.append(stderr.strip() or f"`pulumi preview` exited with status {returncode}")
+    return preview
+
+
+def _diagnostic(lines: list[str], index: int) -> str:
+    """The error on lines[index] and its continuation lines, up to a blank line, a line indented
+    less, or the next diagnostic."""
+    indent = len(lines[index]) - len(lines[index].lstrip())
+    message = [lines[index].strip()]
+    for line in lines[index + 1 :]:
+        stripped = line.lstrip()
+        if not stripped or len(line) - len(stripped) < indent or stripped.startswith(("error: ", "warning: ")):
+            break
+        message.append(line[indent:].rstrip())
+    return "\n".join(message)
 
 
 def _resource_name(urn: str) -> str:
@@ -167,13 +170,13 @@ def summary_line(changes: dict[str, int]) -> str:
 def warning_lines(destroyed: list[tuple[str, str]]) -> list[str]:
     if not destroyed:
         return []
-    volumes = [urn for _, urn in destroyed if f"::{PVC_TYPE}::" in urn or f"${PVC_TYPE}::" in urn]
+    volumes = [name for _, name in destroyed if name.startswith(PVC_TYPE)]
     lines = [
         "> [!CAUTION]",
         f"> **{len(destroyed)} resource(s) would be replaced or deleted.**"
         + (f" **{len(volumes)} of them hold data (PersistentVolumeClaim): their volumes would be lost.**" if volumes else ""),
     ]
-    lines += [f"> - `{_resource_name(urn)}`: {op}" for op, urn in destroyed]
+    lines += [f"> - `{name}`: {op}" for op, name in destroyed]
     return lines
 
 
