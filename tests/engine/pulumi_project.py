@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,21 +49,54 @@ def local_api_server_class():
     return _load("toolchain/apiserver.py").LocalApiServer
 
 
-def toolchain_path() -> str:
-    """PATH with the toolchain's bin directory first, so the project's pinned CLI is the one run."""
+def toolchain_bin_dir() -> Path:
     build = REPO / "toolchain" / "build.sh"
     if not build.exists():
-        raise AssertionError(f"{build} is missing: the engine tests need the project's toolchain")
+        pytest.fail(f"{build} is missing: the engine tests need the project's toolchain", pytrace=False)
     bin_dir = subprocess.run([str(build), "--bin-dir"], capture_output=True, text=True, check=True, timeout=60)
-    return f"{bin_dir.stdout.strip()}{os.pathsep}{os.environ.get('PATH', '')}"
+    return Path(bin_dir.stdout.strip())
+
+
+def toolchain_path() -> str:
+    """PATH with the toolchain's bin directory first, so the project's pinned CLI is the one run."""
+    return f"{toolchain_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def require_tool(name: str, path: str) -> str:
-    """The tool's path, or a failure that says how to get it (a missing tool must not skip a test)."""
+    """The tool's path, else a skip when toolchain/build.sh recorded that the Go module proxy
+    refused to serve it (its UNAVAILABLE file, with the proxy's answer), else a failure: a tool
+    missing for any other reason is a broken setup, never a silent skip."""
     found = shutil.which(name, path=path)
     if found is None:
-        raise AssertionError(f"`{name}` is not on PATH or in the toolchain: run `make setup` (toolchain/build.sh)")
+        _missing(name, "is not on PATH or in the toolchain")
     return found
+
+
+def _missing(name: str, what: str) -> None:
+    unavailable = toolchain_bin_dir() / "UNAVAILABLE"
+    lines = unavailable.read_text().splitlines() if unavailable.exists() else []
+    refused = [line for line in lines if line.startswith(f"{name}:")]
+    if refused:
+        pytest.skip(f"`{name}` cannot be built here, the Go module proxy refused it ({unavailable}): {refused[0]}")
+    pytest.fail(f"`{name}` {what}: run `make setup` (toolchain/build.sh)", pytrace=False)
+
+
+def _pinned(package: str) -> str:
+    pins = dict(line.split("==", 1) for line in (REPO / "requirements.txt").read_text().split() if "==" in line)
+    return pins[package]
+
+
+def require_engine(env: dict[str, str]) -> str:
+    """The `pulumi` CLI, once the language host and the Kubernetes provider it needs are there too."""
+    pulumi = require_tool("pulumi", env["PATH"])
+    require_tool("pulumi-language-python", env["PATH"])
+    version = _pinned("pulumi-kubernetes")
+    plugins = subprocess.run([pulumi, "plugin", "ls", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    installed = json.loads(plugins.stdout or "[]") or []
+    if not any((p["kind"], p["name"], p["version"]) == ("resource", "kubernetes", version) for p in installed):
+        if shutil.which("pulumi-resource-kubernetes", path=env["PATH"]) is None:
+            _missing("pulumi-resource-kubernetes", f"{version} is neither an installed plugin nor on PATH")
+    return pulumi
 
 
 @dataclass
@@ -97,7 +131,7 @@ class PulumiProject:
         (self.dir / ".venv").symlink_to((REPO / ".venv").resolve())
         self.kubeconfig = root / "kubeconfig"  # absent unless a test writes one
         self.env = self._environment()
-        self.pulumi_bin = require_tool("pulumi", self.env["PATH"])
+        self.pulumi_bin = require_engine(self.env)
 
     @classmethod
     def sharing_backend_of(cls, other: "PulumiProject", root: Path) -> "PulumiProject":

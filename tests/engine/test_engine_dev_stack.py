@@ -1,0 +1,130 @@
+"""`pulumi preview` and `pulumi up` of the dev stack as written: the up renders manifests (the
+provider's render-to-directory mode), and every manifest is one a Kubernetes API server accepts."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate.utils import SchemaNotFoundError, latest_version
+
+from pulumi_project import REPO, PulumiProject, require_tool, resource_type
+
+pytestmark = pytest.mark.timeout(1800)
+
+PROVIDER_TYPE = "pulumi:providers:kubernetes"
+WORKLOAD_TYPES = {"kubernetes:apps/v1:StatefulSet", "kubernetes:batch/v1:Job"}
+# What the dev stack must contain at the least: a world without any of these cannot train.
+REQUIRED_TYPES = {
+    "kubernetes:core/v1:Namespace",
+    "kubernetes:core/v1:PersistentVolumeClaim",
+    "kubernetes:core/v1:Service",
+    "kubernetes:core/v1:ServiceAccount",
+    "kubernetes:networking.k8s.io/v1:NetworkPolicy",
+    "kubernetes:policy/v1:PodDisruptionBudget",
+}
+
+
+def rendered_documents(render_dir: Path) -> dict[Path, list[dict]]:
+    return {
+        path: [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+        for path in sorted(render_dir.rglob("*.yaml"))
+    }
+
+
+def kubernetes_resources(state: dict) -> list[dict]:
+    return [r for r in state["deployment"]["resources"] if r["type"].startswith("kubernetes:")]
+
+
+def test_preview_of_dev_plans_every_resource_as_a_create(dev):
+    steps = dev.preview["steps"]
+    assert {step["op"] for step in steps} == {"create"}, [(step["op"], step["urn"]) for step in steps]
+    types = [resource_type(step["urn"]) for step in steps]
+    assert types.count(PROVIDER_TYPE) == 1, "one explicit Kubernetes provider, no default provider"
+    assert len(WORKLOAD_TYPES & set(types)) == 1
+    assert REQUIRED_TYPES <= set(types), REQUIRED_TYPES - set(types)
+
+
+def test_up_renders_a_manifest_for_every_kubernetes_resource(dev):
+    render_dir = dev.project.render_dir("dev")
+    assert render_dir is not None and render_dir.is_dir(), f"no render dir after up:\n{dev.up_output[-3000:]}"
+    rendered = {
+        (doc["kind"], doc["metadata"].get("namespace"), doc["metadata"]["name"])
+        for docs in rendered_documents(render_dir).values()
+        for doc in docs
+    }
+    in_state = {
+        (r["outputs"]["kind"], r["outputs"]["metadata"].get("namespace"), r["outputs"]["metadata"]["name"])
+        for r in kubernetes_resources(dev.project.export_state("dev"))
+    }
+    assert in_state, "the state holds no Kubernetes resources"
+    assert rendered == in_state
+
+
+def test_render_dir_is_private_and_ignored_by_git(dev):
+    """The provider writes Secrets there in plain text."""
+    render_dir = dev.project.render_dir("dev")
+    for path in [render_dir, *render_dir.rglob("*")]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & 0o077 == 0, f"{path} is readable by others: {oct(mode)}"
+    relative = render_dir.relative_to(dev.project.dir) / "1-manifest" / "secret.yaml"
+    ignored = subprocess.run(["git", "check-ignore", "-q", str(relative)], cwd=REPO, timeout=30)
+    assert ignored.returncode == 0, f"{relative} is not git-ignored in the repository"
+
+
+def test_rendered_manifests_match_the_kubernetes_openapi_schema(dev):
+    """Strict: a field the API does not know is an error, as it is for `kubectl apply`."""
+    version = latest_version()
+    documents = rendered_documents(dev.project.render_dir("dev"))
+    assert documents
+    problems = []
+    for path, docs in documents.items():
+        for doc in docs:
+            where = f"{path.name} {doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as error:
+                problems.append(f"{where}: {'.'.join(map(str, error.path))}: {error.message}")
+            except SchemaNotFoundError as error:
+                problems.append(f"{where}: {error.message}")
+    assert not problems, f"against Kubernetes {version}:\n" + "\n".join(problems)
+
+
+def test_moving_the_project_directory_changes_nothing(dev, tmp_path):
+    """A fresh clone elsewhere (another developer, CI) previews the same deployed stack as unchanged."""
+    elsewhere = PulumiProject.sharing_backend_of(dev.project, tmp_path)
+    _, preview = elsewhere.preview_json("dev")
+    changed = [(step["op"], step["urn"]) for step in preview["steps"] if step["op"] != "same"]
+    assert not changed
+
+
+def _kubectl(api_server, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    kubectl = require_tool("kubectl", os.environ.get("PATH", ""))
+    return subprocess.run(
+        [kubectl, "--kubeconfig", api_server.kubeconfig, *args], input=input, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_rendered_manifests_pass_kubectl_apply_dry_run(dev, api_server):
+    """What `kubectl apply -f` of the render dir would do, checked by a real API server: the client
+    dry run maps every kind; the server dry run also validates, defaults and admits each object."""
+    render_dir = dev.project.render_dir("dev")
+    documents = [doc for docs in rendered_documents(render_dir).values() for doc in docs]
+
+    client = _kubectl(api_server, "apply", "--dry-run=client", "--recursive", "-f", str(render_dir))
+    assert client.returncode == 0, client.stderr
+    assert client.stdout.count("(dry run)") == len(documents), client.stdout
+
+    # A server dry run persists nothing, so the namespaces the other objects live in must exist.
+    for namespace in [doc for doc in documents if doc["kind"] == "Namespace"]:
+        created = _kubectl(api_server, "apply", "-f", "-", input=yaml.safe_dump(namespace))
+        assert created.returncode == 0, created.stderr
+    server = _kubectl(api_server, "apply", "--dry-run=server", "--recursive", "-f", str(render_dir))
+    assert server.returncode == 0, server.stderr
+    assert server.stdout.count("(server dry run)") == len(documents), server.stdout
+    assert "would violate PodSecurity" not in server.stderr, server.stderr

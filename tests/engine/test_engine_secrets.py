@@ -1,0 +1,90 @@
+"""An HF token set with `pulumi config set --secret` stays out of everything a person or CI reads:
+preview and up output, the PR comment markdown, stack outputs and the state. The one place it
+may appear in plain text is the render directory, where the provider writes the Secret."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pulumi_project import REPO, PulumiProject
+
+pytestmark = pytest.mark.timeout(1800)
+
+HF_TOKEN_KEY = "hfToken"
+
+
+@dataclass
+class SecretRun:
+    project: PulumiProject
+    token: str
+    outputs: dict[str, str]  # what each command printed, by a name for the failure message
+
+
+@pytest.fixture(scope="module")
+def secret_run(tmp_path_factory) -> SecretRun:
+    """A dev stack of its own (so the token never reaches the shared one), previewed and brought up."""
+    project = PulumiProject(tmp_path_factory.mktemp("secret"))
+    project.init_stack("dev")
+    token = f"hf_{secrets.token_hex(16)}"
+    project.config_set("dev", HF_TOKEN_KEY, token, secret=True)
+    outputs = {
+        "pulumi preview --diff": project.preview_diff("dev").output,
+        "pulumi preview --json": project.preview_json("dev")[0].output,
+    }
+    # The PR comment of the preview that creates the Secret, as CI would post it.
+    comment = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "preview_diff.py"), "--stack", "dev", "--cwd", str(project.dir)],
+        env=project.env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert comment.returncode == 0, comment.stdout + comment.stderr
+    outputs["scripts/preview_diff.py"] = comment.stdout + comment.stderr
+    outputs["pulumi up --diff"] = project.run("up", "--stack", "dev", "--yes", "--diff", "--color", "never").output
+    outputs["pulumi stack output --json"] = project.stack_outputs("dev").output
+    outputs["pulumi stack export"] = project.run("stack", "export", "--stack", "dev").output
+    return SecretRun(project, token, outputs)
+
+
+def test_the_token_is_stored_encrypted_in_the_stack_file(secret_run):
+    entry = secret_run.project.stack_config("dev")[f"ddp-infra:{HF_TOKEN_KEY}"]
+    assert isinstance(entry, dict) and "secure" in entry, entry
+
+
+def test_the_token_never_appears_in_what_the_cli_prints(secret_run):
+    for command in ("pulumi preview --diff", "pulumi up --diff", "scripts/preview_diff.py"):
+        assert "[secret]" in secret_run.outputs[command], f"`{command}` does not show the Secret's data masked"
+    for command, output in secret_run.outputs.items():
+        assert output.strip(), f"{command} printed nothing"
+        assert secret_run.token not in output, f"the token is in plain text in the output of `{command}`"
+
+
+def test_the_token_never_appears_in_the_state_backend(secret_run):
+    files = [path for path in secret_run.project.backend.rglob("*") if path.is_file()]
+    assert any(path.suffix == ".json" for path in files), "no state file was written"
+    leaks = [str(path) for path in files if secret_run.token.encode() in path.read_bytes()]
+    assert not leaks
+
+
+def test_the_secret_reaches_the_cluster_only_through_the_render_dir(secret_run):
+    """The rendered Secret carries the token, so `kubectl apply -f` of the directory gives pods the
+    token; no other file the run wrote holds it."""
+    project = secret_run.project
+    render_dir = project.render_dir("dev")
+    holding = {path for path in _files(project.root) if secret_run.token.encode() in path.read_bytes()}
+    assert holding, "the rendered manifests lack the token: pods would run without it"
+    assert all(render_dir in path.parents for path in holding), sorted(map(str, holding))
+    (secret_file,) = holding
+    (secret,) = [doc for doc in yaml.safe_load_all(secret_file.read_text()) if doc]
+    assert secret["kind"] == "Secret"
+
+
+def _files(root: Path) -> list[Path]:
+    """Every file under root, not following the link to the shared virtualenv."""
+    return [Path(parent) / name for parent, _, names in os.walk(root) for name in names if not (Path(parent) / name).is_symlink()]
