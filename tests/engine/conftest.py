@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from pulumi_project import PulumiProject, local_api_server_class, preview_diff
+from pulumi_project import PulumiProject, local_api_server_class, preview_diff, require_tool, toolchain_path
 
 @dataclass
 class DeployedStack:
@@ -54,5 +54,7 @@ def scaled_to_64(dev) -> ScaledPreview:
 @pytest.fixture(scope="session")
 def api_server() -> Iterator:
     """A real kube-apiserver (with etcd) on loopback, stopped at the end of the session."""
+    for binary in ("etcd", "kube-apiserver"):
+        require_tool(binary, toolchain_path())
     with local_api_server_class()() as server:
         yield server
