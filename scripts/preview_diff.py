@@ -180,14 +180,13 @@ def warning_lines(destroyed: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
-def render_markdown(
-    preview: Preview, fold_lines: int = DEFAULT_FOLD_LINES, limit: int = GITHUB_COMMENT_LIMIT, command_hint: str = ""
-) -> str:
+def render_markdown(preview: Preview, fold_lines: int = DEFAULT_FOLD_LINES, limit: int = GITHUB_COMMENT_LIMIT) -> str:
     """The comment for one stack; never longer than `limit` characters."""
-    hint = command_hint or f"make preview-diff STACK={preview.stack}"
     head = [marker(preview.stack), f"### Pulumi preview of stack `{preview.stack}`", ""]
     if preview.failed:
-        head += [f"**:x: The preview failed (exit status {preview.returncode}).**", "", _fence("\n\n".join(preview.errors), "text"), ""]
+        # the errors come first and unfolded, but may not crowd out the diff
+        errors = "\n\n".join(preview.errors)[: limit // 4]
+        head += [f"**:x: The preview failed (exit status {preview.returncode}).**", "", _fence(errors, "text"), ""]
     else:
         head += [summary_line(preview.changes), ""]
     if warnings := warning_lines(preview.destroyed):
@@ -207,7 +206,7 @@ def render_markdown(
     note = [
         "",
         f"*The diff was cut to fit GitHub's {limit}-character comment limit; "
-        f"`{hint}` prints all {line_count} lines.*",
+        f"`make preview-diff STACK={preview.stack}` prints all {line_count} lines.*",
     ]
     budget = limit - len(assemble("", note))
     kept = diff[: max(budget, 0)]

@@ -125,3 +125,10 @@ def test_backticks_in_the_diff_cannot_close_the_block():
     preview = preview_diff.Preview("dev", 0, "    ~ command: ```rm -rf /```\n", changes={"update": 1})
     markdown = preview_diff.render_markdown(preview)
     assert "````diff\n" in markdown and markdown.count("````") == 2
+
+
+def test_a_huge_error_still_fits_with_the_start_of_the_output():
+    preview = preview_diff.parse_preview("dev", 255, FAILED_DIFF.replace("nothing was created:", "x" * 100_000), "")
+    markdown = preview_diff.render_markdown(preview)
+    assert len(markdown) <= preview_diff.GITHUB_COMMENT_LIMIT
+    assert "Previewing update (dev):" in markdown
