@@ -11,6 +11,14 @@ cache=${DDP_INFRA_CACHE:-$HOME/.cache/ddp-infra}
 mkdir -p "$cache"
 
 python=${PYTHON:-python3}
+# Tools taken from the machine: the Go toolchain builds the rest, openssl makes the test API
+# server's certificates, kubectl talks to it.
+missing=()
+for tool in "$python" go openssl kubectl; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[setup] missing on this machine: ${missing[*]} (install them, then run make setup again)" >&2
+  exit 1
+fi
 # The venv is keyed on the pinned requirements and the interpreter: a change to either builds a new one.
 key=$( { cat "$root/requirements.txt" "$root/trainer/requirements.txt" "$root/requirements-dev.txt"; "$python" -VV; } | sha256sum | cut -c1-16)
 venv="$cache/venv-$key"
