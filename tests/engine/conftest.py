@@ -11,7 +11,9 @@ from typing import Iterator
 
 import pytest
 
-from pulumi_project import PulumiProject, local_api_server_class, preview_diff, require_tool, toolchain_path
+from pulumi_project import PulumiProject, require_tool, toolchain_path
+from scripts import preview_diff
+from toolchain.apiserver import LocalApiServer
 
 @dataclass
 class DeployedStack:
@@ -56,5 +58,5 @@ def api_server() -> Iterator:
     """A real kube-apiserver (with etcd) on loopback, stopped at the end of the session."""
     for binary in ("etcd", "kube-apiserver"):
         require_tool(binary, toolchain_path())
-    with local_api_server_class()() as server:
+    with LocalApiServer() as server:
         yield server

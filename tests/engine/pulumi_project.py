@@ -8,12 +8,10 @@ stacks or the user's clusters (KUBECONFIG points at a file the tests write, or a
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -29,24 +27,6 @@ PASSPHRASE = "engine-tests-passphrase"
 # The engine starts Python and the provider on every command; on a busy 2-core machine that alone
 # takes tens of seconds, so the bound is wide: it is there to stop a hang, not to time anything.
 COMMAND_TIMEOUT_S = 600
-
-
-def _load(relative_path: str):
-    """A module of the repository that is not in a package (a script, a toolchain helper)."""
-    path = REPO / relative_path
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module  # dataclasses look their module up while being defined
-    spec.loader.exec_module(module)
-    return module
-
-
-preview_diff = _load("scripts/preview_diff.py")
-
-
-def local_api_server_class():
-    """toolchain/apiserver.py's LocalApiServer: etcd + kube-apiserver on loopback."""
-    return _load("toolchain/apiserver.py").LocalApiServer
 
 
 def toolchain_bin_dir() -> Path:

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from pulumi_project import preview_diff
+from scripts import preview_diff
 
 pytestmark = pytest.mark.timeout(1800)
 

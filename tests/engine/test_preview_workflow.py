@@ -7,7 +7,8 @@ import subprocess
 
 import yaml
 
-from pulumi_project import REPO, preview_diff
+from pulumi_project import REPO
+from scripts import preview_diff
 
 WORKFLOW = REPO / ".github" / "workflows" / "preview.yml"
 
