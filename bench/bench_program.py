@@ -11,7 +11,6 @@ template, not an object of its own.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import sys
@@ -19,13 +18,14 @@ import time
 from pathlib import Path
 
 import pulumi
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+# the program, and the mock harness's reading of the stack files as the engine hands them over
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "infra")]
 
 from ddp_infra import config as stack_config  # noqa: E402
 from ddp_infra import program  # noqa: E402
+from infra_harness import engine_config, stack_file_config, with_path  # noqa: E402
 
 SIZES = (1, 512)
 # The program's warnings (e.g. ReadWriteOnce claims on a multi-node dev world) are part of its
@@ -47,19 +47,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return {}
 
 
-def stack_values(stack: str, nodes: int) -> dict[str, str]:
-    document = yaml.safe_load((REPO / "stacks" / f"Pulumi.{stack}.yaml").read_text())
-    values = dict(document["config"])
-    values[f"{stack_config.PROJECT}:nodes"] = str(nodes)
-    return {key: json.dumps(value) if isinstance(value, (dict, list)) else str(value) for key, value in values.items()}
-
-
 def evaluate(stack: str, nodes: int) -> tuple[float, list[tuple[str, str, dict]]]:
     """One evaluation of the program (config load + every registration), timed."""
     mocks = RecordingMocks()
     started = time.perf_counter()
     pulumi.runtime.set_mocks(mocks, project=stack_config.PROJECT, stack=stack, preview=False, logger=QUIET)
-    pulumi.runtime.set_all_config(stack_values(stack, nodes))
+    pulumi.runtime.set_all_config(engine_config(with_path(stack_file_config(stack), "nodes", str(nodes))))
 
     @pulumi.runtime.test
     def run():
