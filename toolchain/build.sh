@@ -24,12 +24,15 @@ if [ -z "$pulumi_version" ] || [ -z "$kubernetes_version" ]; then
   echo "[toolchain] requirements.txt must pin pulumi==X and pulumi-kubernetes==Y" >&2
   exit 1
 fi
-# The test control plane: kube-apiserver of the image's kubectl minor version, and an etcd at
-# least 3.5.13, the oldest that kube-apiserver 1.31+ accepts.
-kube_version=1.32.13
+# The test cluster: every Kubernetes component at one version (1.33 is the oldest whose staging
+# modules the kubelet needs are all served), and an etcd at least 3.5.13, the oldest that
+# kube-apiserver 1.31+ accepts.
+kube_version=1.33.13
 etcd_version=3.5.21
+# Cluster DNS for the test cluster (its `kubernetes` plugin serves cluster.local).
+coredns_version=1.14.7
 
-bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version
+bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version
 if [ "${1:-}" = --bin-dir ]; then
   echo "$bin_dir"
   exit 0
@@ -42,8 +45,9 @@ fi
 cli_dir=$cache/pulumi-v$pulumi_version
 lang_dir=$cache/pulumi-language-python-v$pulumi_version
 provider_dir=$cache/pulumi-resource-kubernetes-v$kubernetes_version
-apiserver_dir=$cache/kube-apiserver-v$kube_version
+kubernetes_dir=$cache/kubernetes-v$kube_version
 etcd_dir=$cache/etcd-v$etcd_version
+coredns_dir=$cache/coredns-v$coredns_version
 logs=$cache/logs
 mkdir -p "$bin_dir" "$logs"
 
@@ -59,11 +63,12 @@ module_gomod() { go mod download -json "$1" | python3 -c 'import json,sys; d=jso
 # The build functions below run in a fresh work directory, with errexit, and leave their
 # binaries in ./out, which `component` then renames into place.
 
-# wrapped_build BINARY MAIN_PACKAGE MODULE@VERSION GOMOD_PY_FLAGS [GO_BUILD_FLAGS...]
-# Builds MAIN_PACKAGE from a wrapper module that requires MODULE@VERSION and carries the replaces
-# of that module's own go.mod (see gomod.py, which GOMOD_PY_FLAGS are passed to).
+# wrapped_build BINARY MAIN_PACKAGES MODULE@VERSION GOMOD_PY_FLAGS [GO_BUILD_FLAGS...]
+# Builds MAIN_PACKAGES (space-separated) from a wrapper module that requires MODULE@VERSION and
+# carries the replaces of that module's own go.mod (see gomod.py, which GOMOD_PY_FLAGS are passed
+# to). An empty BINARY builds every package into ./out under its own name.
 wrapped_build() {
-  local binary=$1 main=$2 module=$3 gomod_flags=$4 gomod edits
+  local binary=$1 mains=$2 module=$3 gomod_flags=$4 gomod edits
   shift 4
   gomod=$(module_gomod "$module")
   mkdir -p wrapper out
@@ -78,7 +83,8 @@ wrapped_build() {
     fi
     echo "[toolchain] wrapper go.mod for $module:"
     cat go.mod
-    go build -mod=mod -trimpath -o "../out/$binary" "$@" "$main"
+    # shellcheck disable=SC2086 # one word per package
+    go build -mod=mod -trimpath -o "../out/$binary" "$@" $mains
   )
 }
 
@@ -115,17 +121,24 @@ build_provider() {
   )
 }
 
-build_apiserver() {
+# The control plane and the node components, in one build (they share most of their packages).
+kubernetes_binaries=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+build_kubernetes() {
   local v=$kube_version minor=${kube_version#*.}
   minor=${minor%%.*}
   export CGO_ENABLED=0
-  wrapped_build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "k8s.io/kubernetes@v$v" "--staging v0.${v#*.}" \
+  wrapped_build "" "${kubernetes_binaries[*]/#/k8s.io/kubernetes/cmd/}" "k8s.io/kubernetes@v$v" "--staging v0.${v#*.}" \
     -ldflags "-X k8s.io/component-base/version.gitVersion=v$v -X k8s.io/component-base/version.gitMajor=${v%%.*} -X k8s.io/component-base/version.gitMinor=$minor"
 }
 
 build_etcd() {
   export CGO_ENABLED=0
   wrapped_build etcd go.etcd.io/etcd/server/v3 "go.etcd.io/etcd/server/v3@v$etcd_version" ""
+}
+
+build_coredns() {
+  export CGO_ENABLED=0
+  wrapped_build coredns github.com/coredns/coredns "github.com/coredns/coredns@v$coredns_version" ""
 }
 
 # A Pulumi CLI of the pinned version installed elsewhere (not one of ours) is used as it is.
@@ -185,8 +198,10 @@ link "$lang_from/pulumi-language-python-exec" pulumi-language-python-exec
 component pulumi-resource-kubernetes "$provider_dir" build_provider
 component etcd "$etcd_dir" build_etcd
 link "$etcd_dir/etcd" etcd
-component kube-apiserver "$apiserver_dir" build_apiserver
-link "$apiserver_dir/kube-apiserver" kube-apiserver
+component kubernetes "$kubernetes_dir" build_kubernetes
+for b in "${kubernetes_binaries[@]}"; do link "$kubernetes_dir/$b" "$b"; done
+component coredns "$coredns_dir" build_coredns
+link "$coredns_dir/coredns" coredns
 
 # The engine takes the provider from its plugin directory, so it never tries to download one.
 if [ -x "$bin_dir/pulumi" ] && [ -x "$provider_dir/pulumi-resource-kubernetes" ]; then
