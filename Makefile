@@ -5,7 +5,7 @@ PY := .venv/bin/python
 TOOLCHAIN_PATH = $$(toolchain/build.sh --bin-dir):$$PATH
 STACK ?= dev
 
-.PHONY: setup test bench preview-diff
+.PHONY: setup test bench preview-diff cluster-up cluster-down
 
 setup:
 	scripts/setup.sh
@@ -20,3 +20,12 @@ bench:
 # The markdown that CI posts on a pull request for STACK (default dev), on stdout.
 preview-diff:
 	@PATH="$(TOOLCHAIN_PATH)" $(PY) scripts/preview_diff.py --stack $(STACK)
+
+# A local single-node Kubernetes cluster (toolchain/cluster.py) for kubectl and `pulumi up`;
+# CLUSTER names it (default dev). cluster-up prints the KUBECONFIG to export.
+CLUSTER ?= dev
+cluster-up:
+	@$(PY) -m toolchain.cluster up --name $(CLUSTER)
+
+cluster-down:
+	@$(PY) -m toolchain.cluster down --name $(CLUSTER)
