@@ -1,0 +1,263 @@
+"""The trainer image that toolchain/images.sh builds, read from its docker-archive tar, held to the
+contract and the Dockerfile; and the image keys, which follow the build context and nothing else.
+
+The image tests need the built tar (toolchain/images.sh, minutes and about 5 GB on a cold cache)
+and are skipped, with the missing path, without it. The key tests need only bash and python3.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from trainer import contract as c
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGES_SH = REPO / "toolchain" / "images.sh"
+TRAINER = REPO / "trainer"
+pytestmark = pytest.mark.timeout(120)
+
+
+def images_sh(*args: str, script: Path = IMAGES_SH, **env: str) -> str:
+    result = subprocess.run(
+        ["bash", str(script), *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def keys(script: Path = IMAGES_SH, **env: str) -> dict[str, str]:
+    return dict(line.split() for line in images_sh("--keys", script=script, **env).splitlines())
+
+
+def printed(**env: str) -> list[list[str]]:
+    return [line.split() for line in images_sh("--print", **env).splitlines()]
+
+
+# --- what the Dockerfile says -------------------------------------------------------------------
+def dockerfile_values(name: str) -> list[str]:
+    text = (TRAINER / "Dockerfile").read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return [line.split(None, 1)[1] for line in lines if line.split(None, 1)[0].upper() == name]
+
+
+def dockerfile_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for args in dockerfile_values("ENV"):
+        env.update(pair.split("=", 1) for pair in shlex.split(args))
+    return env
+
+
+def build_context_files() -> dict[str, bytes]:
+    """What the build context sends under trainer/, after .dockerignore: relative path -> content."""
+    patterns = [p.strip() for p in (TRAINER / ".dockerignore").read_text().splitlines() if p.strip() and not p.startswith("#")]
+    files = {}
+    for path in TRAINER.rglob("*"):
+        relative = path.relative_to(TRAINER).as_posix()
+        parts = relative.split("/")
+        ignored = any(
+            fnmatch.fnmatch(relative, p) or any(fnmatch.fnmatch(part, p.removeprefix("**/")) for part in parts)
+            for p in patterns
+        )  # fmt: skip
+        if path.is_file() and not ignored:
+            files[relative] = path.read_bytes()
+    return files
+
+
+# --- what the image holds -----------------------------------------------------------------------
+def trainer_tar() -> Path:
+    (pause, trainer) = printed()
+    assert pause[0] == "pause" and trainer[0] == "trainer"
+    return Path(trainer[2])
+
+
+@pytest.fixture(scope="module")
+def image():
+    """The trainer tar's image config and the files under /app/trainer, from the layer that holds them."""
+    tar = trainer_tar()
+    if not tar.is_file():
+        pytest.skip(f"the trainer image is not built: {tar} does not exist (toolchain/images.sh builds it)")
+    with tarfile.open(tar) as outer:
+        (manifest,) = json.load(outer.extractfile("manifest.json"))
+        config = json.load(outer.extractfile(manifest["Config"]))
+        app: dict[str, tuple[tarfile.TarInfo, bytes | None]] = {}
+        etc_passwd = None
+        # The Dockerfile's own steps are the top layer: read from the top down until /app/trainer shows.
+        for layer in reversed(manifest["Layers"]):
+            with tarfile.open(fileobj=outer.extractfile(layer)) as inner:
+                for member in inner:
+                    name = member.name.removeprefix("./").lstrip("/")
+                    if name.startswith("app/trainer/") and member.isfile():
+                        app[name.removeprefix("app/trainer/")] = (member, inner.extractfile(member).read())
+                    elif name == "etc/passwd" and etc_passwd is None:
+                        etc_passwd = inner.extractfile(member).read().decode()
+            if app:
+                break
+    return {"tar": tar, "manifest": manifest, "config": config, "app": app, "etc_passwd": etc_passwd}
+
+
+def test_the_image_is_tagged_with_its_reference(image):
+    ref = printed()[1][1]
+    assert image["manifest"]["RepoTags"] == [ref]
+    machine = platform.machine()
+    assert image["config"]["os"] == "linux"
+    assert image["config"]["architecture"] == {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+
+
+def test_the_image_config_holds_to_the_contract(image):
+    config = image["config"]["config"]
+    assert config["User"] == f"{c.IMAGE_UID}:{c.IMAGE_GID}" == "1000:1000"
+    assert config["Entrypoint"] == list(c.ENTRYPOINT_COMMAND)
+    assert config["Cmd"] == list(c.DEFAULT_TRAIN_ARGS)
+    assert config["WorkingDir"] == "/app"
+    assert "29500/tcp" in config.get("ExposedPorts", {})
+
+
+def test_the_image_env_is_the_dockerfiles_on_the_bases(image):
+    env = dict(item.split("=", 1) for item in image["config"]["config"]["Env"])
+    wanted = dockerfile_env()
+    assert wanted and {k: env.get(k) for k in wanted} == wanted
+    # `python` and `pip` are the base's virtualenv's, as in the pytorch/pytorch base
+    assert env["PATH"].split(":")[0] == "/opt/venv/bin"
+    assert env["VIRTUAL_ENV"] == "/opt/venv"
+
+
+def test_app_trainer_holds_the_package_as_the_build_context_sends_it(image):
+    sent = build_context_files()
+    assert {"__init__.py", "contract.py", "entrypoint.py", "train.py", "requirements.txt"} <= set(sent)
+    assert {name: data for name, (_, data) in image["app"].items()} == sent
+    for name, (member, _) in image["app"].items():
+        # owned by root and not writable by the training user (uid/gid 1000)
+        assert (member.uid, member.gid) == (0, 0), name
+        assert not member.mode & 0o022, (name, oct(member.mode))
+
+
+def test_the_training_user_exists_in_the_image(image):
+    assert image["etc_passwd"], "the top layer has no /etc/passwd (the Dockerfile's useradd)"
+    entries = [line.split(":") for line in image["etc_passwd"].splitlines()]
+    assert [e for e in entries if e[2:4] == [str(c.IMAGE_UID), str(c.IMAGE_GID)]]
+
+
+def test_the_base_layers_are_lean(image):
+    """What the base build used and removed stays out: apt lists and caches, pip caches, logs, docs,
+    device nodes, the build's wheelhouse and CA bundle mount points."""
+    members: dict[str, tarfile.TarInfo] = {}
+    with tarfile.open(image["tar"]) as outer:
+        for layer in image["manifest"]["Layers"][:-1]:
+            with tarfile.open(fileobj=outer.extractfile(layer)) as inner:
+                members.update((m.name.removeprefix("./").strip("/"), m) for m in inner)
+    assert "opt/venv/bin/python" in members and "usr/bin/python3" in members
+    leftovers = [
+        name for name in members
+        if name.startswith(("var/lib/apt/lists/", "var/cache/apt/", "root/.cache", "var/cache/ddp-wheels",
+                            "etc/ddp-build-ca.crt", "dev/", "tmp/", "var/tmp/", "var/log/"))
+    ]  # fmt: skip
+    assert not leftovers, leftovers[:20]
+    docs = [n for n, m in members.items() if n.startswith("usr/share/doc/") and m.isfile() and not n.endswith("/copyright")]
+    assert not docs, docs[:20]
+    assert members["etc/resolv.conf"].size == 0
+
+
+# --- the keys -------------------------------------------------------------------------------------
+def test_print_names_the_current_keys_under_the_cache_and_builds_nothing(tmp_path):
+    cache = tmp_path / "cache"
+    current = keys()
+    lines = printed(DDP_INFRA_CACHE=str(cache))
+    assert [line[0] for line in lines] == ["pause", "trainer"]
+    for name, ref, tar in lines:
+        assert ref == f"localhost/ddp-infra/{name}:{current[name]}"
+        assert tar == str(cache / "images" / f"{name}-{current[name]}.tar")
+    assert not cache.exists()
+
+
+@pytest.fixture
+def source_copy(tmp_path):
+    """What the keys are computed from (the script, pause.c, trainer/) plus an unrelated README.md."""
+    repo = tmp_path / "repo"
+    (repo / "toolchain").mkdir(parents=True)
+    for name in ("images.sh", "pause.c"):
+        shutil.copy2(REPO / "toolchain" / name, repo / "toolchain" / name)
+    shutil.copytree(TRAINER, repo / "trainer")
+    shutil.copy2(REPO / "README.md", repo / "README.md")
+    return repo
+
+
+def test_keys_follow_the_build_context_and_nothing_else(source_copy):
+    repo = source_copy
+    script = repo / "toolchain" / "images.sh"
+    original = keys()
+    assert set(original) == {"pause", "base", "trainer"}
+    # the same content elsewhere, with other mtimes: the same keys
+    assert keys(script) == original
+
+    # an unrelated file of the repository
+    (repo / "README.md").write_text((repo / "README.md").read_text() + "\nchanged\n")
+    assert keys(script) == original
+    # files that .dockerignore keeps out of the build context
+    (repo / "trainer" / "__pycache__").mkdir(exist_ok=True)
+    (repo / "trainer" / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"\0" * 16)
+    (repo / "trainer" / ".pytest_cache").mkdir()
+    (repo / "trainer" / ".pytest_cache" / "README.md").write_text("cache\n")
+    assert keys(script) == original
+
+    # a trainer source: only the trainer's key
+    train = repo / "trainer" / "train.py"
+    source = train.read_text()
+    train.write_text(source + "\n# changed\n")
+    changed = keys(script)
+    assert changed["trainer"] != original["trainer"]
+    assert (changed["base"], changed["pause"]) == (original["base"], original["pause"])
+    train.write_text(source)
+    assert keys(script) == original
+
+    # a new file in the build context
+    (repo / "trainer" / "extra.py").write_text("X = 1\n")
+    assert keys(script)["trainer"] != original["trainer"]
+    (repo / "trainer" / "extra.py").unlink()
+
+    # the Dockerfile, which the context does not send but the build reads
+    dockerfile = repo / "trainer" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "\n# changed\n")
+    assert keys(script)["trainer"] != original["trainer"]
+    shutil.copy2(TRAINER / "Dockerfile", dockerfile)
+
+    # the torch pin: the base's key, and so the trainer's
+    requirements = repo / "trainer" / "requirements.txt"
+    requirements.write_text(requirements.read_text().replace("torch==", "torch==0.0.0+"))
+    changed = keys(script)
+    assert changed["base"] != original["base"] and changed["trainer"] != original["trainer"]
+    assert changed["pause"] == original["pause"]
+    shutil.copy2(TRAINER / "requirements.txt", requirements)
+
+    # pause.c: only the pause image's key
+    pause_c = repo / "toolchain" / "pause.c"
+    pause_c.write_text(pause_c.read_text() + "\n/* changed */\n")
+    changed = keys(script)
+    assert changed["pause"] != original["pause"]
+    assert (changed["base"], changed["trainer"]) == (original["base"], original["trainer"])
+
+
+def test_keys_of_another_trainer_tree(source_copy):
+    """DDP_INFRA_TRAINER_DIR points the repository's script at another build context."""
+    other = source_copy / "trainer"
+    assert keys(DDP_INFRA_TRAINER_DIR=str(other)) == keys()
+    (other / "entrypoint.py").write_text((other / "entrypoint.py").read_text() + "\n# changed\n")
+    assert keys(DDP_INFRA_TRAINER_DIR=str(other))["trainer"] != keys()["trainer"]
+
+
+def test_a_context_without_a_torch_pin_is_refused(source_copy):
+    (source_copy / "trainer" / "requirements.txt").write_text("numpy\n")
+    result = subprocess.run(
+        ["bash", str(IMAGES_SH), "--keys"], env={**os.environ, "DDP_INFRA_TRAINER_DIR": str(source_copy / "trainer")},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0 and "torch==" in result.stderr

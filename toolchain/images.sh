@@ -1,0 +1,418 @@
+#!/usr/bin/env bash
+# Builds the container images of the local test cluster without a registry or a Docker engine
+# (buildah, debootstrap, gcc), into a cache outside the repository, each as an uncompressed
+# docker-archive tar that `ctr -n k8s.io images import <tar>` (containerd 1.6) accepts:
+#   - pause:        the pod sandbox, one static C binary (toolchain/pause.c);
+#   - trainer-base: Debian bookworm (debootstrap minbase) with Debian's python3, a virtualenv at
+#                   /opt/venv first on PATH, and the torch pin of trainer/requirements.txt from
+#                   PyPI (with its nvidia-* CUDA libraries: about 5 GB installed); it stands in
+#                   for the pytorch/pytorch base and lives only in buildah's storage, not as a tar;
+#   - trainer:      trainer/Dockerfile as it is, build context trainer/, on that base, no pull.
+# Each image is named after a key, a hash of everything it is built from: its recipe below (the
+# bash text of its build function, comments aside), its sources, and the key of what it is
+# built on. A tar whose key is there is done; one whose key is not is built under a temporary
+# name (`<key>.partial` in the storage, `.<name>-<key>.tar.partial` beside the tars) and renamed
+# into place when complete, so an interrupted build never looks done, and a second run with
+# nothing changed builds nothing and takes a fraction of a second. Tars and images of other
+# keys are pruned after a build. buildah keeps its own storage under the cache (never the
+# machine's): the overlay driver where this kernel mounts overlayfs, else vfs (which copies
+# every layer in full). Downloads are kept for the next base build: debootstrap's .debs in
+# <cache>/images/debs, the wheels in <cache>/images/wheels/torch-<version>.
+# Logs: <cache>/images/logs/<step>.log.
+#
+#   toolchain/images.sh          build whatever is missing
+#   toolchain/images.sh --print  print `<name> <image ref> <tar path>` for pause and trainer,
+#                                the current keys' paths, built or not (builds nothing)
+#   toolchain/images.sh --keys   print `<name> <key>` for pause, base and trainer (builds nothing)
+#
+# DDP_INFRA_TRAINER_DIR points at another build context than the repository's trainer/ (the
+# tests use it on a copy); DDP_INFRA_IMAGES_DRIVER forces a storage driver (overlay or vfs).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
+trainer_dir=$(cd "${DDP_INFRA_TRAINER_DIR:-$root/trainer}" && pwd)
+cache=${DDP_INFRA_CACHE:-$HOME/.cache/ddp-infra}/images
+logs=$cache/logs
+
+mode=build
+case "${1:-}" in
+  --print) mode=print ;;
+  --keys) mode=keys ;;
+  "") ;;
+  *) echo "usage: $0 [--print | --keys]" >&2; exit 2 ;;
+esac
+if [ $# -gt 1 ]; then
+  echo "usage: $0 [--print | --keys]" >&2
+  exit 2
+fi
+
+torch_version=$(sed -n 's/^torch==\([^[:space:];#]*\).*/\1/p' "$trainer_dir/requirements.txt")
+if [ -z "$torch_version" ]; then
+  echo "[images] $trainer_dir/requirements.txt must pin torch==X" >&2
+  exit 1
+fi
+
+# What the base is made of. Part of the base's key (see keys below).
+suite=bookworm
+debian_packages=(python3 python3-venv passwd) # passwd: useradd/groupadd, which the Dockerfile runs
+venv=/opt/venv
+pip_version=26.3 # the venv's pip, upgraded from Debian's 23.0.1
+base_env=(
+  "PATH=$venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+  "VIRTUAL_ENV=$venv"
+  "LANG=C.UTF-8"
+  # a Dockerfile's `RUN pip install` asks PyPI for nothing it does not install
+  "PIP_DISABLE_PIP_VERSION_CHECK=1"
+  # what the pytorch/pytorch base sets, for GPU nodes with the NVIDIA container runtime
+  "NVIDIA_VISIBLE_DEVICES=all"
+  "NVIDIA_DRIVER_CAPABILITIES=compute,utility"
+)
+# Where debootstrap and apt download from (not part of a key: any mirror serves the same suite).
+mirror=${DDP_INFRA_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+security_mirror=${DDP_INFRA_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
+
+# buildah on the cache's own storage and configuration files (written before the first build).
+bah() {
+  CONTAINERS_STORAGE_CONF=$cache/storage.conf CONTAINERS_REGISTRIES_CONF=$cache/registries.conf \
+    TMPDIR=$cache/tmp buildah --root "$storage" --runroot "$runroot" --storage-driver "$driver" "$@"
+}
+
+# export_image REF TAR: writes the image REF from buildah's storage as an uncompressed
+# docker-archive tagged REF, under a temporary name first.
+export_image() {
+  local ref=$1 tar=$2 partial
+  partial=$cache/.$(basename "$tar").partial
+  rm -f "$partial"
+  bah push --signature-policy "$cache/policy.json" --disable-compression --format v2s2 \
+    "$ref" "docker-archive:$partial:$ref"
+  mv -f "$partial" "$tar"
+}
+
+# in_root ROOTFS COMMAND...: runs COMMAND chrooted into ROOTFS with a clean env, in a mount
+# namespace of its own that holds /proc, /dev, the machine's resolv.conf, the wheelhouse (at
+# /var/cache/ddp-wheels) and the machine's CA bundle (at /etc/ddp-build-ca.crt, for a TLS proxy):
+# every mount is gone when COMMAND ends, however it ends.
+in_root() {
+  local rootfs=$1
+  shift
+  unshare --mount --propagation private -- /bin/sh -euc '
+    rootfs=$1 wheels=$2 ca=$3
+    shift 3
+    mount -t proc proc "$rootfs/proc"
+    mount --rbind /dev "$rootfs/dev"
+    mount --bind /etc/resolv.conf "$rootfs/etc/resolv.conf"
+    mount --bind "$wheels" "$rootfs/var/cache/ddp-wheels"
+    mount --bind -o ro "$ca" "$rootfs/etc/ddp-build-ca.crt"
+    exec chroot "$rootfs" /usr/bin/env -i HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive \
+      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
+  ' in_root "$rootfs" "$wheelhouse" "$ca_bundle" "$@"
+}
+
+# The build functions below run in a fresh work directory ($work), with errexit, output to the
+# step's log. Each leaves its image in buildah's storage; pause and trainer also write their tar.
+
+build_pause() {
+  local ctr
+  gcc -static -O2 -s -Wall -Wextra -o pause "$here/pause.c"
+  ctr=$(bah from --signature-policy "$cache/policy.json" --name ddp-infra-pause-work scratch)
+  bah copy --chmod 0755 "$ctr" pause /pause
+  bah config --entrypoint '["/pause"]' --cmd '' --user 65535:65535 \
+    --created-by "gcc -static -O2 toolchain/pause.c (toolchain/images.sh)" "$ctr"
+  bah commit --signature-policy "$cache/policy.json" --format docker --rm "$ctr" "$pause_ref.partial"
+  bah tag "$pause_ref.partial" "$pause_ref"
+  bah rmi "$pause_ref.partial"
+  export_image "$pause_ref" "$pause_tar"
+}
+
+build_base() {
+  local ctr mnt pkgs=${debian_packages[*]} env=()
+  ctr=$(bah from --signature-policy "$cache/policy.json" --name ddp-infra-base-work scratch)
+  mnt=$(bah mount "$ctr")
+  trap 'bah umount ddp-infra-base-work >/dev/null 2>&1 || true' EXIT
+  # debootstrap mounts /proc and /sys in the target itself: its own mount namespace drops them.
+  mkdir -p "$cache/debs"
+  unshare --mount --propagation private -- \
+    debootstrap --variant=minbase --cache-dir="$cache/debs" "$suite" "$mnt" "$mirror"
+  # apt: the point release's updates and security fixes, no recommends, translations or docs.
+  cat >"$mnt/etc/apt/sources.list" <<EOF
+deb $mirror $suite main
+deb $mirror $suite-updates main
+deb $security_mirror $suite-security main
+EOF
+  printf 'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\nAcquire::Languages "none";\n' \
+    >"$mnt/etc/apt/apt.conf.d/90ddp-infra"
+  printf '%s\n' 'path-exclude /usr/share/doc/*' 'path-include /usr/share/doc/*/copyright' \
+    'path-exclude /usr/share/man/*' 'path-exclude /usr/share/info/*' >"$mnt/etc/dpkg/dpkg.cfg.d/90ddp-infra"
+  # mount points for in_root, removed below
+  mkdir -p "$mnt/var/cache/ddp-wheels" "$wheelhouse"
+  touch "$mnt/etc/ddp-build-ca.crt" "$mnt/etc/resolv.conf"
+  in_root "$mnt" apt-get update
+  in_root "$mnt" apt-get -y upgrade
+  # shellcheck disable=SC2086 # one word per package
+  in_root "$mnt" apt-get -y install $pkgs
+  in_root "$mnt" apt-get clean
+  # The virtualenv. Wheels are downloaded into the wheelhouse in the cache (pip skips those it
+  # has) and installed from there only, so a rebuild with the same torch downloads nothing big.
+  in_root "$mnt" python3 -m venv "$venv"
+  local pip=("$venv/bin/python" -m pip --disable-pip-version-check --no-input --no-cache-dir)
+  if [ "$ca_bundle" != /dev/null ]; then pip+=(--cert /etc/ddp-build-ca.crt); fi
+  local wheels=(--no-index --find-links /var/cache/ddp-wheels)
+  in_root "$mnt" "${pip[@]}" download --progress-bar off --dest /var/cache/ddp-wheels "pip==$pip_version"
+  in_root "$mnt" "${pip[@]}" install "${wheels[@]}" "pip==$pip_version"
+  in_root "$mnt" "${pip[@]}" download --progress-bar off --dest /var/cache/ddp-wheels "torch==$torch_version"
+  in_root "$mnt" "${pip[@]}" install "${wheels[@]}" "torch==$torch_version"
+  in_root "$mnt" "${pip[@]}" check
+  in_root "$mnt" "$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'
+  # Lean: no apt lists or caches, no logs, docs or man pages, no build-time files; the container
+  # runtime provides /dev, resolv.conf, hostname and hosts.
+  rmdir "$mnt/var/cache/ddp-wheels"
+  rm -f "$mnt/etc/ddp-build-ca.crt" "$mnt/etc/hostname"
+  : >"$mnt/etc/resolv.conf"
+  printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$mnt/etc/hosts"
+  rm -rf "$mnt"/var/lib/apt/lists/* "$mnt"/var/cache/apt/* "$mnt"/var/cache/debconf/*-old \
+    "$mnt"/var/log/* "$mnt"/tmp/* "$mnt"/var/tmp/* "$mnt"/root/.cache "$mnt"/dev/* \
+    "$mnt"/usr/share/man/* "$mnt"/usr/share/info/*
+  find "$mnt/usr/share/doc" -mindepth 1 ! -name copyright ! -type d -delete
+  find "$mnt/usr/share/doc" -mindepth 1 -type d -empty -delete
+  du -sh "$mnt$venv"
+  du -sh "$mnt"
+  bah umount "$ctr"
+  trap - EXIT
+  for e in "${base_env[@]}"; do env+=(--env "$e"); done
+  bah config "${env[@]}" --cmd '["python"]' \
+    --created-by "debootstrap --variant=minbase $suite; apt-get install $pkgs; $venv: pip==$pip_version torch==$torch_version (toolchain/images.sh)" \
+    "$ctr"
+  bah commit --signature-policy "$cache/policy.json" --format docker --rm "$ctr" "$base_ref.partial"
+  bah tag "$base_ref.partial" "$base_ref"
+  bah rmi "$base_ref.partial"
+}
+
+build_trainer() {
+  bah bud --signature-policy "$cache/policy.json" --pull=never --format docker \
+    --build-arg "BASE_IMAGE=$base_ref" -f "$trainer_dir/Dockerfile" -t "$trainer_ref.partial" "$trainer_dir"
+  bah tag "$trainer_ref.partial" "$trainer_ref"
+  bah rmi "$trainer_ref.partial"
+  export_image "$trainer_ref" "$trainer_tar"
+}
+
+# Prints one line per file of the build context DIR (what `buildah bud DIR` sends after
+# .containerignore or .dockerignore, with Docker's pattern rules: `**`, `!` exceptions, a match
+# on a parent directory excludes what is under it): path, executable bit, sha256. The ignore
+# file and the Dockerfile themselves come first, sent or not.
+context_digest() {
+  python3 - "$1" <<'PY'
+import hashlib, os, re, sys
+
+top = sys.argv[1]
+
+def sha(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+def regex(pattern):
+    out, i = "", 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if pattern.startswith("**", i):
+            i += 2
+            if pattern.startswith("/", i):
+                out, i = out + "(?:.*/)?", i + 1
+            else:
+                out += ".*"
+            continue
+        if ch == "*":
+            out += "[^/]*"
+        elif ch == "?":
+            out += "[^/]"
+        elif ch == "[":
+            end = pattern.find("]", i + 1)
+            if end < 0:
+                out += re.escape(ch)
+            else:
+                body = pattern[i + 1:end].replace("\\", "\\\\")
+                out += "[" + ("^" + body[1:] if body[:1] in "^!" and body else body) + "]"
+                i = end
+        elif ch == "\\" and i + 1 < len(pattern):
+            i += 1
+            out += re.escape(pattern[i])
+        else:
+            out += re.escape(ch)
+        i += 1
+    return re.compile(out)
+
+ignore_file = next((n for n in (".containerignore", ".dockerignore") if os.path.isfile(os.path.join(top, n))), None)
+rules = []
+for name in (ignore_file, "Dockerfile"):
+    if name:
+        print("build-file", name, sha(os.path.join(top, name)))
+if ignore_file:
+    for line in open(os.path.join(top, ignore_file), encoding="utf-8"):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        negate = line.startswith("!")
+        pattern = os.path.normpath(line.lstrip("!").strip()).lstrip("/")
+        rules.append((negate, regex(pattern)))
+
+def ignored(rel):
+    parts = rel.split("/")
+    candidates = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    result = False
+    for negate, rx in rules:
+        if any(rx.fullmatch(c) for c in candidates):
+            result = not negate
+    return result
+
+for dirpath, dirnames, filenames in os.walk(top):
+    dirnames.sort()
+    for name in sorted(filenames):
+        path = os.path.join(dirpath, name)
+        rel = os.path.relpath(path, top).replace(os.sep, "/")
+        if ignored(rel):
+            continue
+        if os.path.islink(path):
+            print("link", rel, os.readlink(path))
+        elif os.path.isfile(path):
+            print("file", rel, int(os.access(path, os.X_OK)), sha(path))
+PY
+}
+
+hash16() { sha256sum | cut -c1-16; }
+
+# The keys: recipe text (bash's own rendering of the functions, so comments do not count) and
+# values, sources, and the key of the image underneath.
+pause_key=$({ declare -f build_pause export_image; cat "$here/pause.c"; } | hash16)
+base_key=$({ declare -f build_base in_root; declare -p suite debian_packages venv pip_version base_env; echo "torch==$torch_version"; } | hash16)
+trainer_key=$({ declare -f build_trainer export_image; echo "base $base_key"; context_digest "$trainer_dir"; } | hash16)
+
+pause_ref=localhost/ddp-infra/pause:$pause_key
+base_ref=localhost/ddp-infra/trainer-base:$base_key
+trainer_ref=localhost/ddp-infra/trainer:$trainer_key
+pause_tar=$cache/pause-$pause_key.tar
+trainer_tar=$cache/trainer-$trainer_key.tar
+
+case $mode in
+  keys)
+    printf 'pause %s\nbase %s\ntrainer %s\n' "$pause_key" "$base_key" "$trainer_key"
+    exit 0
+    ;;
+  print)
+    printf 'pause %s %s\ntrainer %s %s\n' "$pause_ref" "$pause_tar" "$trainer_ref" "$trainer_tar"
+    exit 0
+    ;;
+esac
+
+if [ -f "$pause_tar" ] && [ -f "$trainer_tar" ]; then
+  echo "[images] up to date: $pause_tar $trainer_tar"
+  exit 0
+fi
+
+for tool in buildah debootstrap gcc unshare flock python3; do
+  command -v "$tool" >/dev/null || { echo "[images] missing on this machine: $tool" >&2; exit 1; }
+done
+mkdir -p "$cache" "$logs"
+# One build at a time per cache; a run that waited finds the other's images done.
+exec 9>"$cache/.lock"
+if ! flock -n 9; then
+  echo "[images] waiting for another run to finish (lock: $cache/.lock)"
+  flock 9
+fi
+# The builds share the machine's cores with everything else running on it.
+renice -n 10 -p $$ >/dev/null
+
+# overlay if this kernel and file system mount it (a probe in a throwaway mount namespace), else vfs.
+overlay_works() {
+  local d rc=0
+  d=$(mktemp -d "$cache/.probe.XXXXXX")
+  mkdir "$d/lower" "$d/upper" "$d/work" "$d/merged"
+  unshare --mount --propagation private -- mount -t overlay overlay \
+    -o "lowerdir=$d/lower,upperdir=$d/upper,workdir=$d/work" "$d/merged" 2>/dev/null || rc=1
+  rm -rf "$d"
+  return $rc
+}
+driver=${DDP_INFRA_IMAGES_DRIVER:-}
+if [ -z "$driver" ]; then
+  if overlay_works; then driver=overlay; else driver=vfs; fi
+fi
+# One storage per driver (a storage cannot change drivers).
+storage=$cache/storage-$driver
+runroot=$cache/run-$driver
+
+# Configuration of our own, so the machine's storage.conf, registries and policy play no part:
+# no registry is ever searched, and the images we write are accepted as they are.
+cat >"$cache/storage.conf" <<EOF
+[storage]
+driver = "$driver"
+graphroot = "$storage"
+runroot = "$runroot"
+EOF
+echo 'unqualified-search-registries = []' >"$cache/registries.conf"
+echo '{"default": [{"type": "insecureAcceptAnything"}]}' >"$cache/policy.json"
+# pip's own cache stores nothing behind a proxy that drops caching headers (as here): the
+# wheels the base installs are kept in a wheelhouse per torch version instead.
+wheelhouse=$cache/wheels/torch-$torch_version
+ca_bundle=${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}
+[ -f "$ca_bundle" ] || ca_bundle=/dev/null
+# What an interrupted run left behind: working containers (and their mounts), partial tars.
+rm -rf "$cache"/.*.partial "$cache"/.work.* "$cache/tmp"
+mkdir -p "$cache/tmp"
+bah rm --all >/dev/null 2>&1 || true
+echo "[images] buildah storage: $storage (driver $driver)"
+
+# step NAME REF BUILD_FUNCTION: runs BUILD_FUNCTION in a work directory with its output in
+# <logs>/NAME.log; on failure, shows the end of that log and exits non-zero.
+step() {
+  local name=$1 ref=$2 fn=$3 log=$logs/$1.log start=$SECONDS rc
+  echo "[images] building $name $ref (log: $log)"
+  work=$(mktemp -d "$cache/.work.XXXXXX")
+  set +e
+  (set -e; cd "$work"; "$fn") >"$log" 2>&1
+  rc=$?
+  set -e
+  rm -rf "$work"
+  if [ $rc -ne 0 ]; then
+    bah rm --all >/dev/null 2>&1 || true
+    echo "[images] FAILED: $name after $((SECONDS - start)) s; the end of $log:" >&2
+    tail -n 25 "$log" | sed 's/^/    /' >&2
+    exit 1
+  fi
+  echo "[images] built $name in $((SECONDS - start)) s"
+}
+
+[ -f "$pause_tar" ] || step pause "$pause_ref" build_pause
+if [ ! -f "$trainer_tar" ]; then
+  if bah inspect --type image "$base_ref" >/dev/null 2>&1; then
+    echo "[images] base $base_ref: in storage"
+  else
+    step base "$base_ref" build_base
+  fi
+  step trainer "$trainer_ref" build_trainer
+fi
+
+# Keep only the current keys: tars of other keys, images of other keys in the storage, and the
+# wheelhouses of other torch versions.
+for tar in "$cache"/pause-*.tar "$cache"/trainer-*.tar; do
+  if [ -e "$tar" ] && [ "$tar" != "$pause_tar" ] && [ "$tar" != "$trainer_tar" ]; then
+    rm -f "$tar"
+    echo "[images] pruned $tar"
+  fi
+done
+bah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | while read -r ref; do
+  case $ref in
+    "$pause_ref" | "$base_ref" | "$trainer_ref") ;;
+    localhost/ddp-infra/*) bah rmi "$ref" >/dev/null && echo "[images] pruned $ref" ;;
+  esac
+done
+bah rmi --prune >/dev/null 2>&1 || true
+for dir in "$cache"/wheels/*; do
+  if [ -d "$dir" ] && [ "$dir" != "$wheelhouse" ]; then
+    rm -rf "$dir"
+    echo "[images] pruned $dir"
+  fi
+done
+rm -rf "$cache/tmp"
+echo "[images] ready: $(du -h "$pause_tar" | cut -f1) $pause_tar, $(du -h "$trainer_tar" | cut -f1) $trainer_tar"
