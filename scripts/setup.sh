@@ -2,8 +2,11 @@
 # Installs everything the project needs on a fresh machine, idempotently:
 #   1. a Python virtualenv with requirements-dev.txt (torch included), kept in the cache and
 #      linked as .venv, so a new clone of the repository reuses it instead of downloading torch again;
-#   2. the Pulumi CLI, its Python language host and the Kubernetes provider, built from Go modules
-#      (toolchain/build.sh), unless a matching Pulumi CLI is already installed.
+#   2. the Debian packages of the local test cluster (containerd, runc, the CNI plugins, iptables,
+#      conntrack) and of the daemonless image build (buildah, skopeo, umoci, debootstrap);
+#   3. the Pulumi CLI, its Python language host and the Kubernetes provider, and the cluster's
+#      Kubernetes components, etcd and CoreDNS, built from Go modules (toolchain/build.sh);
+#   4. the pause and trainer images, the trainer's from trainer/Dockerfile (toolchain/images.sh).
 # The cache lives outside the repository: $DDP_INFRA_CACHE, default ~/.cache/ddp-infra.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,6 +22,24 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "[setup] missing on this machine: ${missing[*]} (install them, then run make setup again)" >&2
   exit 1
 fi
+# The local cluster's and the image build's Debian packages (needs root, as the cluster does).
+debs=(containerd runc containernetworking-plugins iptables conntrack buildah skopeo umoci debootstrap)
+missing_debs=()
+for deb in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q 'ok installed' || missing_debs+=("$deb")
+done
+if [ ${#missing_debs[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "[setup] the local cluster needs root and these Debian packages: ${missing_debs[*]}" >&2
+    exit 1
+  fi
+  echo "[setup] installing ${missing_debs[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_debs[@]}" >/dev/null
+else
+  echo "[setup] Debian packages present: ${debs[*]}"
+fi
+
 # The venv is keyed on the pinned requirements and the interpreter: a change to either builds a new one.
 key=$( { cat "$root/requirements.txt" "$root/trainer/requirements.txt" "$root/requirements-dev.txt"; "$python" -VV; } | sha256sum | cut -c1-16)
 venv="$cache/venv-$key"
@@ -35,4 +56,5 @@ fi
 ln -sfn "$venv" "$root/.venv"
 
 "$root/toolchain/build.sh"
+"$root/toolchain/images.sh"
 echo "[setup] done"
