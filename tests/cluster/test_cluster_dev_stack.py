@@ -1,0 +1,179 @@
+"""The dev stack's own objects on a real single-node cluster, running the image built from
+trainer/Dockerfile: pods, DNS, the container's security context and mounts, a two-pod world that
+trains to completion through pod 0's DNS name, and a pod deletion answered with a checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster_testing import (
+    LogStream, all_logs, claim_path, delete_namespace, deploy, exec_python, get, pods, running, stack_objects,
+    wait_for,
+)  # fmt: skip
+from infra_harness import stack_file_config
+from trainer import contract
+
+pytestmark = pytest.mark.timeout(1200)
+
+DEV = stack_file_config("dev")
+NAMESPACE = DEV["namespace"]["name"]
+RUN = DEV["run"]["name"]
+WORKLOAD = "trainer"
+SERVICE = f"{WORKLOAD}-rdzv"
+POD_NAMES = [f"{WORKLOAD}-{i}" for i in range(int(DEV["nodes"]))]
+MASTER = f"{WORKLOAD}-0.{SERVICE}.{NAMESPACE}.svc.cluster.local"
+
+
+@pytest.fixture(scope="module")
+def dev_image(cluster):
+    """The dev stack names its image `ddp-trainer:dev` (IfNotPresent): give the built image that name."""
+    name = DEV["image"]["name"]
+    reference = name if "/" in name else f"docker.io/library/{name}"
+    cluster.tag_image(cluster.images["trainer"], reference)
+    return reference
+
+
+@pytest.fixture
+def dev_world(cluster, dev_image):
+    """Deploys the dev stack's objects (overrides from the test, if any) and removes them after."""
+    deployed = []
+
+    def up(**overrides):
+        documents = stack_objects("dev", **overrides)
+        deploy(cluster, documents)
+        deployed.append(NAMESPACE)
+        return documents
+
+    yield up
+    for namespace in deployed:
+        delete_namespace(cluster, namespace)
+
+
+def _all_running(cluster):
+    found = pods(cluster, NAMESPACE)
+    return set(found) >= set(POD_NAMES) and all(running(found[name]) for name in POD_NAMES)
+
+
+def test_the_dev_world_trains_to_completion(cluster, dev_world):
+    dev_world()
+    done = {}
+
+    def finished():
+        for pod in POD_NAMES:
+            done[pod] = [line for line in all_logs(cluster, NAMESPACE, pod).splitlines() if line.startswith("[DONE]")]
+        return all(done.values())
+
+    wait_for(finished, 600, "a [DONE] line from both pods", interval=3)
+
+    # Both ranks report the same final weights: one world of two trained together.
+    sums = {line.split("params_sum=")[1].split()[0] for lines in done.values() for line in lines}
+    assert len(sums) == 1, done
+    ranks = {line.split()[1] for lines in done.values() for line in lines}
+    assert ranks == {"rank=0", "rank=1"}, done
+    # Every pod met the others at pod 0's DNS name.
+    for pod in POD_NAMES:
+        log = all_logs(cluster, NAMESPACE, pod)
+        assert f"master={MASTER}:" in log or f"master={MASTER} " in log, log[-2000:]
+
+    # The outputs claim holds the run: its epochs, best, metrics and checkpoints.
+    run_dir = claim_path(cluster, NAMESPACE, "outputs-pvc") / RUN
+    assert (run_dir / "epoch-1").is_dir() and (run_dir / "epoch-2").is_dir(), sorted(run_dir.iterdir())
+    assert (run_dir / "best").is_symlink() and (run_dir / "best").resolve().parent == run_dir.resolve()
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2]
+    assert all(m["val_loss"] > 0 and m["val_ppl"] > 1 for m in metrics), metrics
+    assert sorted((run_dir / "checkpoints").glob("ckpt-*.json")), "no checkpoint was committed"
+
+
+LONG_RUN = ["-m", "trainer.train", "smoke", "--epochs", "500", "--batch", "256", "--samples", "65536",
+            "--features", "128", "--classes", "4", "--lr", "3e-3", "--seed", "42", "--checkpoint-every", "0"]  # fmt: skip
+
+
+def _not_ready_pod(image: str, labels: dict[str, str]) -> dict:
+    """A pod the rendezvous Service selects, that never becomes Ready; restricted like the trainer's."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "dns-probe", "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "hostname": "dns-probe", "subdomain": SERVICE,
+            "readinessGates": [{"conditionType": "ddp-infra.test/never"}],
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "pause", "image": image, "imagePullPolicy": "IfNotPresent",
+                            # no CPU request: the world's two pods hold both of the node's CPUs
+                            "resources": {"limits": {"memory": "16Mi"}},
+                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
+        },
+    }  # fmt: skip
+
+
+def test_the_pods_on_a_real_node(cluster, dev_world, tmp_path):
+    """A world that keeps training while the test looks inside its pods, then loses a pod."""
+    documents = dev_world(run__args=LONG_RUN)
+    wait_for(lambda: _all_running(cluster), 300, "both pods Running", interval=2)
+
+    # DNS: every pod's name under the headless Service resolves from inside a pod, the short
+    # form through the pod's search path too.
+    lookup = (
+        "import socket, sys; "
+        "print(' '.join(socket.gethostbyname(h) for h in sys.argv[1:]))"
+    )
+    names = [f"{pod}.{SERVICE}.{NAMESPACE}.svc.cluster.local" for pod in POD_NAMES] + [f"{POD_NAMES[0]}.{SERVICE}"]
+    code = lookup.replace("sys.argv[1:]", repr(names))
+    addresses = exec_python(cluster, NAMESPACE, POD_NAMES[1], code).split()
+    pod_ips = {name: pod["status"]["podIP"] for name, pod in pods(cluster, NAMESPACE).items()}
+    assert addresses == [pod_ips[p] for p in POD_NAMES] + [pod_ips[POD_NAMES[0]]]
+
+    # publishNotReadyAddresses: a pod of the world that is not Ready (a readiness gate nobody
+    # sets) has its DNS name all the same, which is what lets a world form before any pod is Ready.
+    selector = next(d for d in documents if d["kind"] == "StatefulSet")["spec"]["selector"]["matchLabels"]
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(_not_ready_pod(cluster.images["pause"], selector)))
+    wait_for(lambda: running(get(cluster, "pod", "dns-probe", NAMESPACE)), 120, "the not-ready probe pod to run")
+    probe = get(cluster, "pod", "dns-probe", NAMESPACE)
+    assert next(c for c in probe["status"]["conditions"] if c["type"] == "Ready")["status"] == "False"
+    probe_name = f"dns-probe.{SERVICE}.{NAMESPACE}.svc.cluster.local"
+    resolved = exec_python(cluster, NAMESPACE, POD_NAMES[1], f"import socket; print(socket.gethostbyname({probe_name!r}))")
+    assert resolved.strip() == probe["status"]["podIP"]
+    cluster.kubectl("delete", "pod", "dns-probe", "-n", NAMESPACE, "--wait=true")
+
+    # The container: uid/gid 1000, read-only root, /dev/shm of the configured size, /data and /out writable.
+    report = json.loads(exec_python(cluster, NAMESPACE, POD_NAMES[0], """
+import json, os
+def writable(path):
+    try:
+        with open(os.path.join(path, '.probe'), 'w') as f:
+            f.write('x')
+        os.remove(os.path.join(path, '.probe'))
+        return True
+    except OSError as e:
+        return e.strerror
+shm = os.statvfs('/dev/shm')
+print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'shm': shm.f_blocks * shm.f_frsize,
+                  'root': writable('/app'), 'etc': writable('/etc'),
+                  'data': writable('/data'), 'out': writable('/out'), 'tmp': writable('/tmp')}))
+"""))
+    assert (report["uid"], report["gid"]) == (contract.IMAGE_UID, contract.IMAGE_GID)
+    assert report["root"] == report["etc"] == "Read-only file system", report
+    assert report["data"] is report["out"] is report["tmp"] is True, report
+    assert report["shm"] == 512 * 1024**2  # the dev stack's shmSize: 512Mi
+
+    # kubectl delete pod: SIGTERM reaches the trainer, which checkpoints before the pod is gone.
+    checkpoints = claim_path(cluster, NAMESPACE, "outputs-pvc") / RUN / "checkpoints"
+    wait_for(lambda: "[TRAIN]" in all_logs(cluster, NAMESPACE, POD_NAMES[0]) + all_logs(cluster, NAMESPACE, POD_NAMES[1]),
+             300, "training to start", interval=2)
+    before = {p.name for p in checkpoints.glob("ckpt-*.json")}
+    streams = {pod: LogStream(cluster, NAMESPACE, pod, tmp_path / f"{pod}.log") for pod in POD_NAMES}
+    old_uid = get(cluster, "pod", POD_NAMES[1], NAMESPACE)["metadata"]["uid"]
+    cluster.kubectl("delete", "pod", POD_NAMES[1], "-n", NAMESPACE, "--wait=true", "--timeout=180s", timeout=210)
+    new = {p.name for p in checkpoints.glob("ckpt-*.json")} - before
+    records = [json.loads((checkpoints / name).read_text()) for name in sorted(new)]
+    assert any(r["reason"] == "sigterm" for r in records), (records, {p: s.text(1)[-1500:] for p, s in streams.items()})
+    texts = {pod: stream.text() for pod, stream in streams.items()}
+    combined = "\n".join(texts.values())
+    # The trainer stopped itself after the checkpoint, before the kubelet's SIGKILL at the grace period's end.
+    assert "(sigterm)" in combined and "[STOP]" in combined, combined[-3000:]
+    # The StatefulSet brings the pod back under the same name, a new pod.
+    wait_for(lambda: get(cluster, "pod", POD_NAMES[1], NAMESPACE)["metadata"]["uid"] != old_uid, 120,
+             "the deleted pod to be re-created")
