@@ -1,0 +1,514 @@
+"""GPU benchmark of the trainer's `lm` path against a nanoGPT-class loop (a measurement, not a test).
+
+Side by side in one run, on one CUDA device, GPT-2-small shape (12 layers, 12 heads, 768 wide,
+sequence 1024), the same micro-batch, synthetic tokens:
+  - trainer: the `lm` task's model (trainer/gpt.py), optimizer, AMP choice, GradScaler, DDP wrapper,
+    DataLoader and per-step all-reduce, built by trainer.loop.Trainer from the `lm` task's flags, under
+    the trainer's own process group (trainer.distributed.init: NCCL, world size 1; under torchrun
+    it joins torchrun's group). The `lm` flags fix the byte tokenizer (vocab 257), so the GPT-2 vocab
+    (50304, nanoGPT's padded 50257) is built with trainer.gpt directly and the rest of the Task is the
+    `lm` task's; a second trainer row is the shape the flags reach (vocab 257, via lm.make_task).
+  - reference: nanoGPT's loop on the same GPT module: bf16 autocast, torch.compile, fused AdamW with
+    decay on 2-D weights only, TF32 on, grad clip 1.0, prefetched pinned batches, no host sync per
+    step; and the same loop uncompiled, to separate what compile buys from what the loop costs.
+MFU uses nanoGPT's estimate_mfu: FLOPs/token = 6N + 12*L*H*Q*T (N: parameters less the position
+embedding), against the H100's bf16 dense peak, 989.5 TFLOP/s.
+With --e2e it first runs the trainer as a user would (`python -m trainer.train smoke`, and
+`torchrun ... -m trainer.train lm` on generated JSONL, then again to resume), and reports each outcome.
+With --ablate it adds rows that price the differences: the trainer with a fused AdamW, and also
+compiled (neither is what the trainer does), and the eager reference with a host sync per step.
+Without CUDA it prints why and exits 0.
+
+Usage: python bench/bench_gpu.py [--e2e] [--ablate] [--batch 16] [--json PATH]
+   or: torchrun --standalone --nproc-per-node 1 bench/bench_gpu.py [...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PEAK_FLOPS = 989.5e12  # H100 SXM bf16 dense, as the issue asks
+GPT2 = dict(n_layer=12, n_head=12, d_model=768, seq_len=1024)
+
+
+# --- end to end: the trainer as a user runs it -----------------------------------------------------
+def _write_jsonl(path: Path, documents: int, words: int, seed: int) -> None:
+    rng = random.Random(seed)
+    vocabulary = ["the", "model", "trains", "on", "text", "and", "tokens", "gpu", "loss", "falls", "step", "a"]
+    with open(path, "w", encoding="utf-8") as file:
+        for _ in range(documents):
+            file.write(json.dumps({"text": " ".join(rng.choice(vocabulary) for _ in range(words))}) + "\n")
+
+
+def _run(name: str, argv: list[str], timeout: int, log) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    started = time.perf_counter()
+    try:
+        result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, out, err = result.returncode, result.stdout, result.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, out, err = "timeout", (exc.stdout or b"").decode(errors="replace"), (exc.stderr or b"").decode(errors="replace")
+    seconds = time.perf_counter() - started
+    log.write(f"\n===== {name}: rc={rc} {seconds:.1f}s\n$ {' '.join(argv)}\n--- stdout\n{out}\n--- stderr\n{err}\n")
+    log.flush()
+    lines = out.splitlines()
+    return {
+        "name": name, "rc": rc, "seconds": round(seconds, 1),
+        "done": next((line for line in lines if line.startswith("[DONE]")), None),
+        "resumed": next((line for line in lines if line.startswith("[CKPT] resumed")), None),
+        "train_lines": [line for line in lines if line.startswith(("[TRAIN]", "[EPOCH]"))][-3:],
+        "stderr_tail": "\n".join(err.splitlines()[-25:]) if rc != 0 else "",
+        "warnings": sorted({line.strip()[:200] for line in err.splitlines() if "Warning" in line})[:6],
+    }  # fmt: skip
+
+
+def end_to_end(log_path: Path) -> list[dict]:
+    py = sys.executable
+    torchrun = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1"]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-e2e-") as tmp, open(log_path, "w") as log:
+        work = Path(tmp)
+        data = work / "data"
+        data.mkdir()
+        _write_jsonl(data / "train.jsonl", 600, 60, 1)  # ~220 KB: ~1700 blocks of 129 bytes
+        _write_jsonl(data / "val.jsonl", 60, 60, 2)
+        out = ["--out-dir", str(work / "out")]
+        lm = ["lm", "--data-dir", str(data), *out, "--batch", "32", "--seq-len", "128", "--log-every", "10"]
+        runs = [
+            ("smoke (python -m, HashStore world of 1)", [py, "-m", "trainer.train", "smoke", *out, "--run-name", "smoke"], 180),
+            ("smoke (torchrun, 1 proc)", [*torchrun, "-m", "trainer.train", "smoke", *out, "--run-name", "smoke-tr"], 180),
+            ("lm epoch 1 (torchrun, grad-accum 2, ckpt every 10)",
+             [*torchrun, "-m", "trainer.train", *lm, "--run-name", "lm", "--epochs", "1", "--grad-accum", "2",
+              "--checkpoint-every", "10"], 240),
+            ("lm resume to epoch 2 (torchrun)",
+             [*torchrun, "-m", "trainer.train", *lm, "--run-name", "lm", "--epochs", "2", "--grad-accum", "2",
+              "--checkpoint-every", "10"], 240),
+            ("lm GPT-2-small shape, seq 1024 (python -m, 1 epoch)",
+             [py, "-m", "trainer.train", "lm", "--data-dir", str(data), *out, "--run-name", "lm-gpt2", "--epochs", "1",
+              "--n-layer", "12", "--n-head", "12", "--d-model", "768", "--seq-len", "1024", "--batch", "16",
+              "--log-every", "5"], 240),
+        ]  # fmt: skip
+        for name, argv, timeout in runs:
+            result = _run(name, argv, timeout, log)
+            results.append(result)
+            print(f"[E2E] {name}: rc={result['rc']} in {result['seconds']}s", flush=True)
+        lm_dir = work / "out" / "lm"
+        listing = sorted(str(p.relative_to(lm_dir)) for p in lm_dir.rglob("*")) if lm_dir.exists() else []
+        log.write("\n===== lm run directory\n" + "\n".join(listing) + "\n")
+        results.append({"name": "lm run directory", "files": listing})
+    return results
+
+
+# --- the benchmark -----------------------------------------------------------------------------------
+def flops_per_token(model) -> tuple[float, int]:
+    """nanoGPT's estimate_mfu numerator per token; N excludes the position embedding (non_embedding)."""
+    cfg = model.cfg
+    n = sum(p.numel() for p in model.parameters()) - model.positions.weight.numel()
+    return 6 * n + 12 * cfg.n_layer * cfg.n_head * (cfg.d_model // cfg.n_head) * cfg.seq_len, n
+
+
+class Case:
+    """A named step function timed in windows; tokens per step; the model it trains (for FLOPs)."""
+
+    def __init__(self, name, step, tokens, model, tf32, finish=None):
+        self.name, self.step, self.tokens, self.model, self.tf32, self.finish = name, step, tokens, model, tf32, finish
+        self.window_ms: list[float] = []
+        self.peak_gib = 0.0
+        self.first_step_s = math.nan
+
+
+def _tf32_for(case, default: tuple[bool, bool]) -> None:
+    """The reference turns TF32 on, as nanoGPT does; the trainer runs with what it leaves (torch's default)."""
+    import torch
+
+    on = (case.tf32, case.tf32) if case.tf32 is not None else default
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = on
+
+
+def trainer_case(name, vocab, batch, d, stop, tmp: Path, fused=False, compiled=False):
+    """The trainer's `lm` path: Trainer(...) from the lm flags, stepping as Trainer._train_epoch does.
+
+    fused / compiled (--ablate only, not what the trainer does): swap in a fused AdamW (with a new
+    scheduler on it), or torch.compile the Trainer's DDP module, to price those two differences."""
+    import torch
+
+    from trainer import lm, train
+    from trainer.distributed import sum_across
+    from trainer.gpt import GPT, GPTConfig
+    from trainer.loop import Trainer
+    from trainer.outputs import RunDir
+    from trainer.task import Task, save_state_dict
+
+    flags = ["lm", "--n-layer", str(GPT2["n_layer"]), "--n-head", str(GPT2["n_head"]), "--d-model", str(GPT2["d_model"]),
+             "--seq-len", str(GPT2["seq_len"]), "--batch", str(batch), "--out-dir", str(tmp), "--run-name", name,
+             "--data-dir", str(tmp / "data"), "--checkpoint-every", "0", "--log-every", "1000000"]  # fmt: skip
+    args = train.parse_args(flags)
+    torch.manual_seed(args.seed)  # as train.main does
+    blocks = 8 * batch  # 8 steps per loader pass; the loader is re-iterated
+    if vocab is None:  # the shape the lm flags reach: byte tokenizer, from JSONL, via lm.make_task
+        data = tmp / "data"
+        data.mkdir(exist_ok=True)
+        rng = random.Random(0)
+        letters = "abcdefghijklmnopqrstuvwxyz      .,"
+        for file, count in (("train.jsonl", blocks), ("val.jsonl", 2)):
+            with open(data / file, "w") as f:
+                for _ in range(count):
+                    f.write(json.dumps({"text": "".join(rng.choice(letters) for _ in range(args.seq_len))}) + "\n")
+        task = lm.make_task(args)
+    else:
+        cfg = GPTConfig(vocab, args.seq_len, args.n_layer, args.n_head, args.d_model, args.dropout)
+        gen = torch.Generator().manual_seed(0)
+        train_set = torch.randint(vocab, (blocks, args.seq_len + 1), generator=gen)
+        val_set = torch.randint(vocab, (2, args.seq_len + 1), generator=gen)
+        task = Task(GPT(cfg), train_set, val_set, lm._next_token_loss, "tokens", save_state_dict)
+    trainer = Trainer(task, d, train.config_of(args), RunDir(tmp / name), stop, name)
+    trainer.ddp.train()
+    if fused:
+        trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=trainer.cfg.lr,
+                                              weight_decay=trainer.cfg.weight_decay, fused=True)  # fmt: skip
+        trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, trainer._lr_factor)
+    if compiled:
+        trainer.ddp = torch.compile(trainer.ddp)
+
+    def forever():
+        epoch = 0
+        while True:
+            trainer.sampler.set_epoch(epoch)
+            yield from trainer.loader
+            epoch += 1
+
+    batches = forever()
+    last = {}
+
+    def step():
+        loss_sum, units = trainer._step(batches)  # the loop's own step: AMP, scaler, clip, DDP, scheduler
+        loss_sum, units, _ = sum_across(d, [loss_sum, units, float(stop.requested)])  # as _train_epoch does
+        last["loss"] = loss_sum / units
+
+    path = {
+        "amp_dtype": str(trainer.amp_dtype), "grad_scaler_enabled": trainer.scaler.is_enabled(),
+        "optimizer": type(trainer.optimizer).__name__,
+        "optimizer_fused": trainer.optimizer.defaults.get("fused"), "optimizer_foreach": trainer.optimizer.defaults.get("foreach"),
+        "weight_decay_on_all_params": len(trainer.optimizer.param_groups) == 1 and trainer.cfg.weight_decay > 0,
+        "grad_clip": trainer.cfg.grad_clip, "ddp": type(getattr(trainer.ddp, "_orig_mod", trainer.ddp)).__name__,
+        "compiled": compiled,
+        "vocab": task.model.cfg.vocab_size, "batch": batch, "lr_warmup_steps": trainer.cfg.warmup_steps,
+    }  # fmt: skip
+    case = Case(name, step, batch * args.seq_len, task.model, tf32=None, finish=lambda: last.get("loss"))
+    return case, trainer, path
+
+
+def reference_cases(vocab, batch, compiled_too=True, ablate=False):
+    """nanoGPT's train.py loop around the same GPT module: one model and optimizer, compiled and eager steps."""
+    import torch
+    import torch.nn.functional as F
+
+    from trainer.gpt import GPT, GPTConfig
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    torch.manual_seed(1337)
+    model = GPT(GPTConfig(vocab, GPT2["seq_len"], GPT2["n_layer"], GPT2["n_head"], GPT2["d_model"], 0.0)).to(device)
+
+    class WithLoss(torch.nn.Module):  # nanoGPT computes the loss inside the compiled forward
+        def __init__(self, gpt):
+            super().__init__()
+            self.gpt = gpt
+
+        def forward(self, x, y):
+            logits = self.gpt(x)
+            return F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1), ignore_index=-1)
+
+    eager = WithLoss(model)
+    fast = torch.compile(eager)
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]  # fmt: skip
+    optimizer = torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), fused=True)
+    scaler = torch.amp.GradScaler("cuda", enabled=False)  # bf16: nanoGPT's scaler is a no-op
+    gen = torch.Generator().manual_seed(0)
+    pool = [torch.randint(vocab, (batch, GPT2["seq_len"] + 1), generator=gen).pin_memory() for _ in range(8)]
+    state = {"i": 0, "it": 0, "loss": torch.zeros((), device=device)}
+
+    def get_batch():
+        block = pool[state["i"] % len(pool)]
+        state["i"] += 1
+        block = block.to(device, non_blocking=True)
+        return block[:, :-1], block[:, 1:]
+
+    state["xy"] = get_batch()
+
+    def make_step(forward, sync=False):
+        def step():
+            it = state["it"]
+            lr = 6e-4 * min(1.0, (it + 1) / 20)  # nanoGPT's warm-up; a Python float, no sync
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            x, y = state["xy"]
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = forward(x, y)
+            state["xy"] = get_batch()  # prefetch while the GPU works
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            state["loss"] = loss.detach()
+            state["it"] = it + 1
+            if sync:  # as the trainer's per-step all-reduce of the loss does: wait for the GPU
+                float(state["loss"])
+
+        return step
+
+    finish = lambda: float(state["loss"])  # noqa: E731
+    tokens = batch * GPT2["seq_len"]
+    cases = []
+    if compiled_too:
+        cases.append(Case("reference (compile)", make_step(fast), tokens, model, tf32=True, finish=finish))
+    cases.append(Case("reference (eager)", make_step(eager), tokens, model, tf32=True, finish=finish))
+    if ablate:
+        cases.append(Case("ref eager + per-step sync", make_step(eager, sync=True), tokens, model, tf32=True, finish=finish))
+    return cases, (model, optimizer, fast, eager)
+
+
+def matmul_ceiling() -> float:
+    """bf16 8192^3 product on random data, TFLOP/s (median of 10 after 3 warm-ups)."""
+    import torch
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    times = []
+    for i in range(13):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        end.record()
+        end.synchronize()
+        if i >= 3:
+            times.append(start.elapsed_time(end) / 1e3)
+    return 2 * 8192**3 / statistics.median(times) / 1e12
+
+
+def fp16_scaler_check(d, stop, tmp: Path) -> dict:
+    """The fp16 + GradScaler path, which the trainer picks only without bf16: forced here by replacing
+    loop._amp_dtype for one small Trainer (grad-accum 2, clip 1.0), 60 steps on learnable tokens."""
+    import torch
+
+    from trainer import loop, lm, train
+    from trainer.distributed import sum_across
+    from trainer.gpt import GPT, GPTConfig
+    from trainer.outputs import RunDir
+    from trainer.task import Task, save_state_dict
+
+    args = train.parse_args(["lm", "--batch", "16", "--seq-len", "128", "--grad-accum", "2", "--warmup-steps", "5",
+                             "--lr", "1e-3", "--out-dir", str(tmp), "--run-name", "fp16"])  # fmt: skip
+    torch.manual_seed(0)
+    period = torch.arange(args.seq_len + 1 + 64) % 17  # a repeating pattern: the loss must fall
+    blocks = torch.stack([period[i % 64 : i % 64 + args.seq_len + 1] for i in range(2048)])
+    cfg = GPTConfig(257, args.seq_len, args.n_layer, args.n_head, args.d_model, 0.0)
+    task = Task(GPT(cfg), blocks, blocks[:32], lm._next_token_loss, "tokens", save_state_dict)
+    original = loop._amp_dtype
+    loop._amp_dtype = lambda device: torch.float16
+    try:
+        trainer = loop.Trainer(task, d, train.config_of(args), RunDir(tmp / "fp16"), stop, "fp16")
+    finally:
+        loop._amp_dtype = original
+    batches = iter(trainer.loader)
+    losses, scales = [], []
+    for _ in range(min(60, trainer.steps_per_epoch)):
+        loss_sum, units = trainer._step(batches)
+        loss_sum, units, _ = sum_across(d, [loss_sum, units, 0.0])
+        losses.append(loss_sum / units)
+        scales.append(trainer.scaler.get_scale())
+    val = trainer.validate()
+    params_finite = all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters())
+    trainer.progress.global_step = len(losses)
+    trainer.save_checkpoint("fp16 check")  # gather RNG states, save; then load it back as resume does
+    found = trainer.store.load_newest()
+    result = {
+        "amp_dtype": str(trainer.amp_dtype), "grad_scaler_enabled": trainer.scaler.is_enabled(),
+        "steps": len(losses), "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
+        "val_loss": round(val, 4), "scale_first": scales[0], "scale_last": scales[-1],
+        "scale_drops": sum(1 for a, b in zip(scales, scales[1:]) if b < a), "params_finite": params_finite,
+        "checkpoint_scaler_state": found[1]["scaler"] if found else None,
+    }  # fmt: skip
+    del trainer, task
+    return result
+
+
+def timed_window(case, steps: int) -> float:
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        case.step()
+    end.record()
+    end.synchronize()
+    case.peak_gib = max(case.peak_gib, torch.cuda.max_memory_allocated() / 2**30)
+    return start.elapsed_time(end) / steps
+
+
+def benchmark(options) -> dict:
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    from trainer import distributed
+    from trainer.stop import StopRequest
+
+    d = distributed.init("cuda", 600)  # the trainer's own group: NCCL; a world of one, or torchrun's
+    if d.world_size != 1:
+        raise SystemExit(f"run with one process (world size {d.world_size}): the figures are per GPU")
+    tf32_default = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    props = torch.cuda.get_device_properties(d.device)
+    env = {
+        "device": props.name, "sms": props.multi_processor_count, "memory_gib": round(props.total_memory / 2**30, 1),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+        "backend": torch.distributed.get_backend(), "world_size": d.world_size, "torchrun": "RANK" in os.environ,
+        "bf16_supported": torch.cuda.is_bf16_supported(), "tf32_default": tf32_default,
+    }  # fmt: skip
+    print("[ENV] " + " ".join(f"{k}={v}" for k, v in env.items()), flush=True)
+    env["matmul_bf16_tflops"] = round(matmul_ceiling(), 1)
+    print(f"[ENV] bf16 8192^3 matmul: {env['matmul_bf16_tflops']} TFLOP/s", flush=True)
+    stop = StopRequest()
+    results = {"env": env, "batch": options.batch, "seq_len": GPT2["seq_len"]}
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
+        tmp = Path(tmp)
+        if not options.skip_fp16:
+            results["fp16_scaler_check"] = fp16_scaler_check(d, stop, tmp)
+            print("[FP16] " + json.dumps(results["fp16_scaler_check"]), flush=True)
+            gc.collect()
+            torch.cuda.empty_cache()
+        cases, keep = [], []
+        case, trainer, path = trainer_case("trainer lm V=50304", options.vocab, options.batch, d, stop, tmp)
+        cases.append(case)
+        keep.append(trainer)
+        results["trainer_path"] = path
+        print("[PATH] " + json.dumps(path), flush=True)
+        refs, ref_keep = reference_cases(options.vocab, options.batch, not options.no_compile, options.ablate)
+        cases += refs
+        keep.append(ref_keep)
+        if options.ablate:  # not the trainer as it is: what two of its differences cost
+            for label, fused, compiled in (("trainer + fused AdamW", True, False), ("trainer + fused + compile", True, True)):
+                case, trainer, _ = trainer_case(label, options.vocab, options.batch, d, stop, tmp, fused, compiled)
+                cases.append(case)
+                keep.append(trainer)
+        if not options.skip_small_vocab:
+            case, trainer, _ = trainer_case("trainer lm V=257 (flags)", None, options.batch, d, stop, tmp)
+            cases.append(case)
+            keep.append(trainer)
+        for case in cases:  # warm-up: compilation, cuDNN/cuBLAS handles, allocator, NCCL
+            _tf32_for(case, tf32_default)
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            case.step()
+            torch.cuda.synchronize()
+            case.first_step_s = time.perf_counter() - started
+            for _ in range(options.warmup - 1):
+                case.step()
+            torch.cuda.synchronize()
+            print(f"[WARM] {case.name}: first step {case.first_step_s:.1f}s", flush=True)
+        for window in range(options.windows):  # interleaved, so drift hits every case alike
+            for case in cases:
+                _tf32_for(case, tf32_default)
+                case.window_ms.append(timed_window(case, options.steps))
+            print(f"[WINDOW] {window + 1}: " + ", ".join(f"{c.name} {c.window_ms[-1]:.2f} ms" for c in cases), flush=True)
+        rows = []
+        for case in cases:
+            fpt, n = flops_per_token(case.model)
+            ms = statistics.median(case.window_ms)
+            tps = case.tokens / (ms / 1e3)
+            rows.append({
+                "case": case.name, "step_ms": round(ms, 2), "step_ms_min": round(min(case.window_ms), 2),
+                "step_ms_max": round(max(case.window_ms), 2), "tokens_per_s": round(tps), "params_N": n,
+                "flops_per_token": fpt, "mfu": round(fpt * tps / PEAK_FLOPS, 4),
+                "mfu_vs_measured_matmul": round(fpt * tps / (env["matmul_bf16_tflops"] * 1e12), 4),
+                "peak_mem_gib": round(case.peak_gib, 1), "first_step_s": round(case.first_step_s, 1),
+                "final_loss": round(case.finish(), 4) if case.finish else None,
+            })  # fmt: skip
+        results["rows"] = rows
+        del cases, keep, trainer, case
+        gc.collect()
+    distributed.shutdown()
+    return results
+
+
+def print_table(results: dict) -> None:
+    rows = results["rows"]
+    print(f"\nGPT-2-small shape (12x768, T={results['seq_len']}), micro-batch {results['batch']}, "
+          f"{results['env']['device']}, torch {results['env']['torch']}, peak {PEAK_FLOPS / 1e12} TFLOP/s bf16")  # fmt: skip
+    head = f"{'case':28} {'step ms':>9} {'(min..max)':>15} {'tokens/s':>10} {'MFU':>6} {'peak GiB':>8} {'loss':>7}"
+    print(head + "\n" + "-" * len(head))
+    for r in rows:
+        print(f"{r['case']:28} {r['step_ms']:9.2f} {r['step_ms_min']:7.2f}..{r['step_ms_max']:<7.2f} "
+              f"{r['tokens_per_s']:10,d} {r['mfu'] * 100:5.1f}% {r['peak_mem_gib']:8.1f} {r['final_loss']:7.3f}")  # fmt: skip
+    by = {r["case"]: r for r in rows}
+    trainer = by.get("trainer lm V=50304")
+    for ref_name in ("reference (compile)", "reference (eager)"):
+        ref = by.get(ref_name)
+        if trainer and ref:
+            print(f"trainer / {ref_name}: tokens/s {trainer['tokens_per_s'] / ref['tokens_per_s']:.3f}, "
+                  f"MFU {trainer['mfu'] * 100:.1f}% vs {ref['mfu'] * 100:.1f}%")  # fmt: skip
+    p = results.get("trainer_path", {})
+    print(f"trainer path: amp={p.get('amp_dtype')} GradScaler enabled={p.get('grad_scaler_enabled')} "
+          f"AdamW fused={p.get('optimizer_fused')} foreach={p.get('optimizer_foreach')} "
+          f"decay on all params={p.get('weight_decay_on_all_params')} compiled={p.get('compiled')} "
+          f"tf32={results['env']['tf32_default']}")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch", type=int, default=16, help="micro-batch (sequences of 1024) for every case")
+    parser.add_argument("--vocab", type=int, default=50304, help="GPT-2's 50257 padded to a multiple of 64, as nanoGPT")
+    parser.add_argument("--warmup", type=int, default=10, help="steps per case before timing")
+    parser.add_argument("--steps", type=int, default=20, help="steps per timed window")
+    parser.add_argument("--windows", type=int, default=3, help="timed windows per case, interleaved")
+    parser.add_argument("--no-compile", action="store_true", help="leave out the compiled reference")
+    parser.add_argument("--skip-small-vocab", action="store_true", help="leave out the vocab-257 trainer row")
+    parser.add_argument("--skip-fp16", action="store_true", help="leave out the forced fp16 + GradScaler check")
+    parser.add_argument("--ablate", action="store_true", help="add rows: trainer + fused AdamW, + compile; reference + sync")
+    parser.add_argument("--e2e", action="store_true", help="first run the trainer's CLI end to end on the GPU")
+    parser.add_argument("--e2e-log", type=Path, default=Path("bench-gpu-e2e.log"))
+    parser.add_argument("--json", type=Path, help="write all figures here")
+    options = parser.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("bench_gpu: torch is not installed: nothing to measure")
+        return 0
+    if not torch.cuda.is_available():
+        print("bench_gpu: CUDA is not available on this machine: nothing to measure")
+        return 0
+    results = {}
+    if options.e2e and os.environ.get("RANK", "0") == "0" and "TORCHELASTIC_RUN_ID" not in os.environ:
+        results["e2e"] = end_to_end(options.e2e_log)
+    results.update(benchmark(options))
+    if options.json:
+        options.json.write_text(json.dumps(results, indent=1, default=str))
+    if "e2e" in results:
+        print()
+        for r in results["e2e"]:
+            if "rc" in r:
+                print(f"e2e {r['name']:52} rc={r['rc']} {r['seconds']:6.1f}s {r['done'] or ''}"[:240])
+                if r["stderr_tail"]:
+                    print("    " + r["stderr_tail"].replace("\n", "\n    ")[-2500:])
+    print_table(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
