@@ -78,15 +78,21 @@ def network_policy_manifest(world: World) -> dict[str, Any]:
 
 
 def disruption_budget_manifest(world: World) -> dict[str, Any]:
-    """No voluntary eviction of any pod: losing one pod restarts the whole world.
+    """No voluntary eviction of a healthy pod: losing one pod restarts the whole world.
 
     maxUnavailable 0 holds whatever `nodes` is (a node drain waits until the run is stopped).
+    A pod that is not Ready (crash-looping, stuck) trains nothing, and under the default policy
+    it could never be evicted either, blocking every drain and node-pool upgrade: AlwaysAllow.
     """
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(world, world.disruption_budget_name, "disruption-budget"),
-        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": world.selector}},
+        "spec": {
+            "maxUnavailable": 0,
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+            "selector": {"matchLabels": world.selector},
+        },
     }
 
 

@@ -81,6 +81,14 @@ def test_headless_service_selects_the_pods_and_names_the_workload(evaluation, ki
 
 
 @pulumi.runtime.test
+def test_the_disruption_budget_protects_healthy_pods_only(evaluation):
+    spec = evaluation.one("kubernetes:policy/v1:PodDisruptionBudget").manifest["spec"]
+    assert spec["maxUnavailable"] == 0
+    # A crash-looping pod must not block a node drain or a node-pool upgrade.
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+@pulumi.runtime.test
 def test_env_carries_the_contract_with_one_shape(evaluation, stack, nodes, kind):
     env = env_of(evaluation)
     workload = evaluation.workload.manifest["metadata"]
