@@ -18,6 +18,18 @@ from toolchain.cluster import LocalCluster
 
 WORKLOAD_KINDS = ("StatefulSet", "Job")
 
+# The dev stack as committed: what the tests deploy and where they look for it.
+DEV = stack_file_config("dev")
+NAMESPACE = DEV["namespace"]["name"]
+RUN = DEV["run"]["name"]
+WORKLOAD = "trainer"
+SERVICE = f"{WORKLOAD}-rdzv"
+POD_NAMES = [f"{WORKLOAD}-{i}" for i in range(int(DEV["nodes"]))]
+MASTER = f"{WORKLOAD}-0.{SERVICE}.{NAMESPACE}.svc.cluster.local"
+# The smoke task made long enough to look inside its pods while it trains.
+LONG_RUN = ["-m", "trainer.train", "smoke", "--epochs", "500", "--batch", "256", "--samples", "65536",
+            "--features", "128", "--classes", "4", "--lr", "3e-3", "--seed", "42", "--checkpoint-every", "0"]  # fmt: skip
+
 
 def stack_objects(stack: str = "dev", **overrides: Any) -> list[dict[str, Any]]:
     """The Kubernetes objects of a committed stack, with config overrides given as
@@ -74,6 +86,12 @@ def pods(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, Any]]:
 def running(pod: dict[str, Any]) -> bool:
     statuses = pod.get("status", {}).get("containerStatuses") or []
     return pod["status"].get("phase") == "Running" and all("running" in s.get("state", {}) for s in statuses)
+
+
+def world_running(cluster: LocalCluster) -> bool:
+    """Every pod of the dev world exists and runs its trainer."""
+    found = pods(cluster, NAMESPACE)
+    return set(found) >= set(POD_NAMES) and all(running(found[name]) for name in POD_NAMES)
 
 
 def logs(cluster: LocalCluster, namespace: str, pod: str, previous: bool = False) -> str:

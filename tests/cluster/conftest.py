@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+from cluster_testing import DEV, NAMESPACE, delete_namespace, deploy, stack_objects
 from toolchain.cluster import LocalCluster
 
 
@@ -26,3 +27,28 @@ def cluster():
     finally:
         local.stop()
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture(scope="session")
+def dev_image(cluster):
+    """The dev stack names its image `ddp-trainer:dev` (IfNotPresent): give the built image that name."""
+    name = DEV["image"]["name"]
+    reference = name if "/" in name else f"docker.io/library/{name}"
+    cluster.tag_image(cluster.images["trainer"], reference)
+    return reference
+
+
+@pytest.fixture
+def dev_world(cluster, dev_image):
+    """Deploys the dev stack's objects (overrides from the test, if any) and removes them after."""
+    deployed = []
+
+    def up(**overrides):
+        documents = stack_objects("dev", **overrides)
+        deploy(cluster, documents)
+        deployed.append(NAMESPACE)
+        return documents
+
+    yield up
+    for namespace in deployed:
+        delete_namespace(cluster, namespace)

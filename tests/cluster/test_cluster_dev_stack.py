@@ -9,51 +9,12 @@ import json
 import pytest
 
 from cluster_testing import (
-    LogStream, all_logs, claim_path, delete_namespace, deploy, exec_python, get, pods, running, stack_objects,
-    wait_for,
+    LONG_RUN, MASTER, NAMESPACE, POD_NAMES, RUN, SERVICE, LogStream, all_logs, claim_path, exec_python, get, pods,
+    running, wait_for, world_running,
 )  # fmt: skip
-from infra_harness import stack_file_config
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(1200)
-
-DEV = stack_file_config("dev")
-NAMESPACE = DEV["namespace"]["name"]
-RUN = DEV["run"]["name"]
-WORKLOAD = "trainer"
-SERVICE = f"{WORKLOAD}-rdzv"
-POD_NAMES = [f"{WORKLOAD}-{i}" for i in range(int(DEV["nodes"]))]
-MASTER = f"{WORKLOAD}-0.{SERVICE}.{NAMESPACE}.svc.cluster.local"
-
-
-@pytest.fixture(scope="module")
-def dev_image(cluster):
-    """The dev stack names its image `ddp-trainer:dev` (IfNotPresent): give the built image that name."""
-    name = DEV["image"]["name"]
-    reference = name if "/" in name else f"docker.io/library/{name}"
-    cluster.tag_image(cluster.images["trainer"], reference)
-    return reference
-
-
-@pytest.fixture
-def dev_world(cluster, dev_image):
-    """Deploys the dev stack's objects (overrides from the test, if any) and removes them after."""
-    deployed = []
-
-    def up(**overrides):
-        documents = stack_objects("dev", **overrides)
-        deploy(cluster, documents)
-        deployed.append(NAMESPACE)
-        return documents
-
-    yield up
-    for namespace in deployed:
-        delete_namespace(cluster, namespace)
-
-
-def _all_running(cluster):
-    found = pods(cluster, NAMESPACE)
-    return set(found) >= set(POD_NAMES) and all(running(found[name]) for name in POD_NAMES)
 
 
 def test_the_dev_world_trains_to_completion(cluster, dev_world):
@@ -87,10 +48,6 @@ def test_the_dev_world_trains_to_completion(cluster, dev_world):
     assert sorted((run_dir / "checkpoints").glob("ckpt-*.json")), "no checkpoint was committed"
 
 
-LONG_RUN = ["-m", "trainer.train", "smoke", "--epochs", "500", "--batch", "256", "--samples", "65536",
-            "--features", "128", "--classes", "4", "--lr", "3e-3", "--seed", "42", "--checkpoint-every", "0"]  # fmt: skip
-
-
 def _not_ready_pod(image: str, labels: dict[str, str]) -> dict:
     """A pod the rendezvous Service selects, that never becomes Ready; restricted like the trainer's."""
     return {
@@ -112,7 +69,7 @@ def _not_ready_pod(image: str, labels: dict[str, str]) -> dict:
 def test_the_pods_on_a_real_node(cluster, dev_world, tmp_path):
     """A world that keeps training while the test looks inside its pods, then loses a pod."""
     documents = dev_world(run__args=LONG_RUN)
-    wait_for(lambda: _all_running(cluster), 300, "both pods Running", interval=2)
+    wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
 
     # DNS: every pod's name under the headless Service resolves from inside a pod, the short
     # form through the pod's search path too.
