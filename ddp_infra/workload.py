@@ -31,6 +31,16 @@ def _flag(on: bool) -> str:
     return "1" if on else "0"
 
 
+def shutdown_timeout(grace_period_seconds: int) -> int:
+    """torchrun's --shutdown-timeout for a pod's termination grace period.
+
+    The workers checkpoint on SIGTERM for as long as torchrun lets them (its default: 30 s,
+    whatever the grace period). They get the grace period less a margin for torchrun and the
+    process group to wind down before the kubelet's SIGKILL: a quarter of it, at most 10 s.
+    """
+    return grace_period_seconds - min(10, grace_period_seconds // 4)
+
+
 def pod_env(config: StackConfig, world: World) -> list[dict[str, Any]]:
     """The trainer container's env, in the order of `contract.ALL`, then HOME and the extra env.
 
@@ -57,6 +67,7 @@ def pod_env(config: StackConfig, world: World) -> list[dict[str, Any]]:
         contract.RDZV_CLOSE_TIMEOUT.name: {"value": str(rdzv.close_timeout_seconds)},
         contract.MAX_RESTARTS.name: {"value": str(rdzv.max_restarts)},
         contract.MASTER_WAIT_TIMEOUT.name: {"value": str(rdzv.master_wait_timeout_seconds)},
+        contract.SHUTDOWN_TIMEOUT.name: {"value": str(shutdown_timeout(config.workload.termination_grace_period_seconds))},
         contract.POD_NAME.name: _field_ref("metadata.name"),
         contract.POD_NAMESPACE.name: _field_ref("metadata.namespace"),
         contract.SVC_NAME.name: {"value": world.service_name},

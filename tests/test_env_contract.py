@@ -92,10 +92,13 @@ def test_every_pod_resolves_the_world_the_program_describes(stack, kind, nodes):
         assert seen.timeouts.join == parsed.rendezvous.join_timeout_seconds
         assert seen.timeouts.read == parsed.rendezvous.read_timeout_seconds
         assert seen.master_wait_timeout == parsed.rendezvous.master_wait_timeout_seconds
+        grace = parsed.workload.termination_grace_period_seconds
+        assert grace - 10 <= seen.shutdown_timeout < grace
         # torchrun is started for exactly that world
         argv = torchrun_argv(seen, list(parsed.run.args))
         assert f"--nnodes={world.nnodes}" in argv and f"--nproc-per-node={world.nproc_per_node}" in argv
         assert f"--rdzv-id={world.rdzv_id}" in argv
+        assert f"--shutdown-timeout={seen.shutdown_timeout}" in argv
         assert argv[-len(parsed.run.args):] == list(parsed.run.args)
 
 
@@ -135,3 +138,13 @@ def test_every_mirror_agrees_after_the_kubelet_expands_it():
     for mirror, original in contract.PET_MIRRORS.items():
         assert env[mirror] == env[original], mirror
     assert env[contract.PET_NODE_RANK.name] == "63"
+
+
+@pytest.mark.parametrize("grace, shutdown", [(0, 0), (8, 6), (30, 23), (120, 110), (600, 590)])
+def test_workers_get_the_grace_period_less_a_margin_to_checkpoint(grace, shutdown):
+    """torchrun's 30 s default would cut a long checkpoint short whatever the grace period says."""
+    parsed, world = configured("dev", workload__terminationGracePeriodSeconds=str(grace))
+    pod, hostname = pod_of(world, 0)
+    seen = resolve_world(kubelet_env(workload.pod_env(parsed, world), pod, {}), hostname)
+    assert seen.shutdown_timeout == shutdown
+    assert f"--shutdown-timeout={shutdown}" in torchrun_argv(seen, list(parsed.run.args))

@@ -75,6 +75,12 @@ MAX_RESTARTS = EnvVar("MAX_RESTARTS", "torchrun --max-restarts: restarts of the 
 MASTER_WAIT_TIMEOUT = EnvVar(
     "MASTER_WAIT_TIMEOUT", "seconds the preflight waits for pod 0's DNS name and port", required=False
 )
+SHUTDOWN_TIMEOUT = EnvVar(
+    "SHUTDOWN_TIMEOUT",
+    "seconds torchrun gives its workers after SIGTERM (to checkpoint) before SIGKILL: the pod's "
+    "termination grace period less a margin",
+    required=False,
+)
 
 # --- the pod's identity (downward API) -----------------------------------------------------
 POD_NAME = EnvVar("POD_NAME", "metadata.name of the pod")
@@ -158,3 +164,4 @@ DEFAULT_TRAIN_ARGS: tuple[str, ...] = (
 # Exit statuses of the entrypoint before it execs torchrun (after that, torchrun's own).
 EXIT_BAD_ENV = 2  # the pod env does not describe a world; the message lists every problem
 EXIT_PREFLIGHT_FAILED = 3  # the master never became reachable, or the pod lacks its GPUs
+EXIT_TERMINATED = 143  # 128 + SIGTERM: stopped before torchrun started (a pod deleted while waiting)

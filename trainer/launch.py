@@ -12,7 +12,7 @@ from trainer.world import World
 # argument repeating one would silently disagree with NNODES / WORLD_SIZE.
 _WORLD_FLAGS = (
     "nnodes", "nproc-per-node", "node-rank", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf",
-    "max-restarts", "master-addr", "master-port", "standalone", "local-addr",
+    "max-restarts", "master-addr", "master-port", "standalone", "local-addr", "shutdown-timeout",
 )  # fmt: skip
 # torchrun's own options that take a value; knowing them lets us find where the script starts.
 _VALUED = {
@@ -48,6 +48,8 @@ def torchrun_argv(
         f"--rdzv-id={world.rdzv_id}",
         "--rdzv-conf=" + ",".join(f"{key}={value}" for key, value in conf.items()),
         f"--max-restarts={world.max_restarts}",
+        # after SIGTERM the workers get this long to checkpoint before torchrun SIGKILLs them
+        f"--shutdown-timeout={world.shutdown_timeout}",
     ]  # fmt: skip
     if local_addr:
         argv.append(f"--local-addr={local_addr}")

@@ -17,6 +17,7 @@ from typing import Mapping
 from trainer import contract as c
 
 DEFAULT_MASTER_WAIT_TIMEOUT = 600.0
+DEFAULT_SHUTDOWN_TIMEOUT = 30  # torchrun's own default
 DEFAULT_JOIN_TIMEOUT = 600
 DEFAULT_READ_TIMEOUT = 120  # torchrun's own default (60 s) is too short for slow pod starts
 DEFAULT_LAST_CALL_TIMEOUT = 30
@@ -70,6 +71,7 @@ class World:
     timeouts: Timeouts
     max_restarts: int
     master_wait_timeout: float
+    shutdown_timeout: int
     rank_source: str  # where node_rank came from, for the log
     scheme: str  # "contract" or "seed-000"
     run_name: str | None  # the run directory the trainer will use (RUN_NAME), for the log and cross-checks
@@ -222,6 +224,7 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> World:
     )
     max_restarts = r.integer(c.MAX_RESTARTS.name, 0)
     wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, DEFAULT_MASTER_WAIT_TIMEOUT)
+    shutdown = r.integer(c.SHUTDOWN_TIMEOUT.name, 0, required=False, default=DEFAULT_SHUTDOWN_TIMEOUT)
     _check_mirrors(r, env, endpoint)
     if r.problems:
         raise WorldError(r.problems)
@@ -229,7 +232,7 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> World:
         node_rank=node_rank, nnodes=nnodes, nproc_per_node=nproc, world_size=world_size,
         master_addr=master_addr, master_port=master_port, rdzv_backend=backend, rdzv_id=rdzv_id,
         rdzv_endpoint=endpoint, timeouts=timeouts, max_restarts=max_restarts, master_wait_timeout=wait,
-        rank_source=rank_source, scheme="contract", run_name=env.get(c.RUN_NAME.name),
+        shutdown_timeout=shutdown, rank_source=rank_source, scheme="contract", run_name=env.get(c.RUN_NAME.name),
     )  # fmt: skip
 
 
@@ -321,6 +324,7 @@ def _resolve_seed000(env: Mapping[str, str], hostname: str) -> World:
     if workload and service and namespace:
         master = r.host(c.POD_NAME.name, c.master_dns_name(workload, service, namespace))
     wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, DEFAULT_MASTER_WAIT_TIMEOUT)
+    shutdown = r.integer(c.SHUTDOWN_TIMEOUT.name, 0, required=False, default=DEFAULT_SHUTDOWN_TIMEOUT)
     if r.problems:
         raise WorldError(r.problems)
     rdzv_id = re.sub(r"[^A-Za-z0-9._-]", "-", f"{namespace}-{workload}")
@@ -329,6 +333,6 @@ def _resolve_seed000(env: Mapping[str, str], hostname: str) -> World:
         master_addr=master, master_port=port, rdzv_backend="c10d", rdzv_id=rdzv_id,
         rdzv_endpoint=f"{master}:{port}",
         timeouts=Timeouts(DEFAULT_JOIN_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_CLOSE_TIMEOUT),
-        max_restarts=DEFAULT_MAX_RESTARTS, master_wait_timeout=wait,
+        max_restarts=DEFAULT_MAX_RESTARTS, master_wait_timeout=wait, shutdown_timeout=shutdown,
         rank_source=source, scheme="seed-000", run_name=env.get(c.RUN_NAME.name),
     )  # fmt: skip

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 
 import pytest
-from trainer_testing import PYTHON, REPO, SMOKE_ARGS, clean_env, free_port, pod_env
+from trainer_testing import PYTHON, REPO, SMOKE_ARGS, clean_env, descendants, free_port, pod_env
 
 from trainer import contract as c
 
@@ -56,3 +58,69 @@ def test_seed000_variables_alone_reach_the_preflight():
     assert result.returncode == c.EXIT_PREFLIGHT_FAILED
     assert "master=trainer-0.svc.ns.svc.cluster.local:23456" in result.stdout
     assert "DNS lookup still failing" in result.stdout
+
+
+def _started(env: dict[str, str], args: list[str], as_pid_1: bool = False) -> subprocess.Popen:
+    command = [PYTHON if part == "python" else part for part in c.ENTRYPOINT_COMMAND]
+    # In a PID namespace of its own the entrypoint is PID 1, as in a container: the kernel then
+    # delivers a signal from outside only if the process handles it.
+    prefix = ["unshare", "--pid", "--fork", "--kill-child"] if as_pid_1 else []
+    return subprocess.Popen([*prefix, *command, *args], env=clean_env(**env), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _wait_for_line(stream, text: str) -> str:
+    seen = ""
+    for line in stream:
+        seen += line
+        if text in line:
+            return seen
+    raise AssertionError(f"{text!r} never printed:\n{seen}")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace (the container's PID 1) needs root")
+def test_sigterm_while_waiting_for_the_master_ends_the_pod_at_once():
+    # Pod 1 waits up to an hour for a master that never listens; SIGTERM must not wait with it.
+    env = pod_env("ddp-1", free_port(), **{c.MASTER_WAIT_TIMEOUT.name: "3600"})
+    proc = _started(env, SMOKE_ARGS, as_pid_1=True)
+    try:
+        _wait_for_line(proc.stdout, "[DDP] rank=1")
+        (entrypoint,) = descendants(proc.pid)
+        os.kill(entrypoint, signal.SIGTERM)
+        proc.wait(timeout=5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == c.EXIT_TERMINATED
+    assert "SIGTERM before torchrun started" in proc.stderr.read()
+
+
+# A worker that, on SIGTERM, needs `seconds` to write its checkpoint (a marker file).
+SLOW_CHECKPOINT = """
+import os, signal, sys, time
+marker, seconds = sys.argv[1], float(sys.argv[2])
+def stop(signum, frame):
+    time.sleep(seconds)
+    open(marker, "w").write("checkpoint")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+print("worker ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("shutdown_timeout, written", [(8, True), (1, False)])
+def test_torchrun_gives_workers_the_shutdown_timeout_of_the_pod_env(tmp_path, shutdown_timeout, written):
+    """torchrun's own default is 30 s whatever the grace period: the entrypoint passes the pod's."""
+    script, marker = tmp_path / "worker.py", tmp_path / "checkpoint"
+    script.write_text(SLOW_CHECKPOINT)
+    env = pod_env("ddp-0", free_port(), nnodes=1, **{c.SHUTDOWN_TIMEOUT.name: str(shutdown_timeout)})
+    proc = _started(env, [str(script), str(marker), "3"])
+    try:
+        _wait_for_line(proc.stdout, "worker ready")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert marker.exists() is written

@@ -27,7 +27,7 @@ def test_c10d_argv_carries_the_world_and_user_args_verbatim():
     head = flags(argv[: -len(SMOKE_ARGS)])
     assert head == {
         "nnodes": "2", "nproc-per-node": "4", "rdzv-backend": "c10d", "rdzv-endpoint": "127.0.0.1:29500",
-        "rdzv-id": "test-run", "max-restarts": "0",
+        "rdzv-id": "test-run", "max-restarts": "0", "shutdown-timeout": "30",
         "rdzv-conf": "join_timeout=60,last_call_timeout=30,close_timeout=30,read_timeout=60,is_host=0",
     }  # fmt: skip
 
