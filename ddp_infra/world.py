@@ -69,7 +69,7 @@ class World:
 
     @property
     def master_addr(self) -> str:
-        return contract.master_dns_name(self.workload_name, self.service_name, self.namespace)
+        return contract.master_dns_name(self.workload_name, self.service_name)
 
     @property
     def rdzv_id(self) -> str:

@@ -59,7 +59,6 @@ POD_CIDR = "10.244.0.0/24"
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 API_PORT = 6443
-CLUSTER_DOMAIN = "cluster.local"
 LOCAL_STORAGE_CLASS = "local"
 PERSISTENT_VOLUMES = 12
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns")
@@ -197,8 +196,9 @@ class LocalCluster:
     """
 
     def __init__(self, name: str = "ddp-infra", *, bin_dir: Path | None = None, startup_timeout: float = 240.0,
-                 with_images: bool = True):
+                 with_images: bool = True, domain: str = "cluster.local"):
         self.name = name
+        self.domain = domain  # the cluster domain: CoreDNS's zone, the kubelet's clusterDomain
         self.home = CACHE / "cluster" / name
         self.run_dir = self.home / "run"
         self.containerd_root = self.home / "containerd"
@@ -514,7 +514,7 @@ class LocalCluster:
                       "-out", "ca.crt", "-subj", f"/CN=ddp-infra-{self.name}-ca")
         sans = ",".join([
             f"IP:{NODE_IP}", "IP:127.0.0.1", f"IP:{KUBERNETES_SERVICE_IP}", "DNS:localhost", "DNS:kubernetes",
-            "DNS:kubernetes.default", "DNS:kubernetes.default.svc", f"DNS:kubernetes.default.svc.{CLUSTER_DOMAIN}",
+            "DNS:kubernetes.default", "DNS:kubernetes.default.svc", f"DNS:kubernetes.default.svc.{self.domain}",
         ])
         (pki / "apiserver.ext").write_text(f"subjectAltName={sans}\nextendedKeyUsage=serverAuth\n")
         self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-out", "apiserver.csr",
@@ -634,7 +634,7 @@ state = "/run/containerd"
             "--token-auth-file", str(pki / "tokens.csv"),
             "--authorization-mode", "Node,RBAC",
             "--enable-admission-plugins", "NodeRestriction",
-            "--service-account-issuer", f"https://kubernetes.default.svc.{CLUSTER_DOMAIN}",
+            "--service-account-issuer", f"https://kubernetes.default.svc.{self.domain}",
             "--service-account-key-file", str(pki / "service-account.key"),
             "--service-account-signing-key-file", str(pki / "service-account.key"),
             "--service-cluster-ip-range", SERVICE_CIDR,
@@ -728,7 +728,7 @@ state = "/run/containerd"
             "cgroupRoot": self.cgroup_root,
             "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
             "clusterDNS": [NODE_IP],
-            "clusterDomain": CLUSTER_DOMAIN,
+            "clusterDomain": self.domain,
             "resolvConf": str(resolv),
             "address": NODE_IP,
             "readOnlyPort": 0,
@@ -772,7 +772,7 @@ state = "/run/containerd"
     bind {NODE_IP}
     errors
     ready {NODE_IP}:8181
-    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
+    kubernetes {self.domain} in-addr.arpa ip6.arpa {{
         kubeconfig {pki / 'coredns.kubeconfig'} {self.context}
         pods insecure
         fallthrough in-addr.arpa ip6.arpa
@@ -806,6 +806,7 @@ def main() -> int:
         p.add_argument("--name", default=os.environ.get("DDP_INFRA_CLUSTER", "dev"), help="cluster name (default dev)")
         if command == "up":
             p.add_argument("--without-images", action="store_true", help="import no image (no pod can start)")
+            p.add_argument("--domain", default="cluster.local", help="the cluster domain (default cluster.local)")
     relay = sub.add_parser("relay", help=argparse.SUPPRESS)
     relay.add_argument("listen_port", type=int)
     relay.add_argument("netns_pid", type=int)
@@ -814,7 +815,8 @@ def main() -> int:
     if args.command == "relay":
         _relay(args.listen_port, args.netns_pid, args.target_port)
         return 0
-    cluster = LocalCluster(args.name, with_images=not getattr(args, "without_images", False))
+    cluster = LocalCluster(args.name, with_images=not getattr(args, "without_images", False),
+                           domain=getattr(args, "domain", "cluster.local"))
     if args.command == "up":
         cluster.start()
         print(f"[cluster] {args.name} ready in {cluster.startup_seconds:.1f} s")

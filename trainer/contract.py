@@ -58,7 +58,9 @@ NODE_RANK = EnvVar(
 )
 
 # --- rendezvous ----------------------------------------------------------------------------
-MASTER_ADDR = EnvVar("MASTER_ADDR", "DNS name of pod 0: <workload>-0.<service>.<namespace>.svc.cluster.local")
+MASTER_ADDR = EnvVar(
+    "MASTER_ADDR", "pod 0's name under the headless Service, <workload>-0.<service>, resolved through the pod's search path"
+)
 MASTER_PORT = EnvVar("MASTER_PORT", "rendezvous / TCPStore port on pod 0")
 RDZV_BACKEND = EnvVar("RDZV_BACKEND", f"torchrun rendezvous backend, one of {', '.join(RDZV_BACKENDS)}")
 RDZV_ID = EnvVar("RDZV_ID", "rendezvous id unique to the stack, so two jobs never join each other")
@@ -145,9 +147,13 @@ LEGACY_JOB_NAME = "JOB_NAME"
 JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes in every Indexed Job pod
 
 
-def master_dns_name(workload_name: str, service_name: str, namespace: str) -> str:
-    """Pod 0's stable DNS name behind the headless Service."""
-    return f"{workload_name}-0.{service_name}.{namespace}.svc.cluster.local"
+def master_dns_name(workload_name: str, service_name: str) -> str:
+    """Pod 0's stable DNS name behind the headless Service, in the short form JobSet uses.
+
+    A pod's resolver completes it through its search path (`<namespace>.svc.<cluster domain>`),
+    so it resolves on a cluster of any domain, where a written-out `svc.cluster.local` would not.
+    """
+    return f"{workload_name}-0.{service_name}"
 
 
 # --- the training image (trainer/Dockerfile) ------------------------------------------------

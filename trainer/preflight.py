@@ -94,11 +94,27 @@ def _probe(host: str, port: int, timeout_s: float) -> tuple[str, str | None]:
     return "TCP connect", error
 
 
+def search_domains(resolv_conf: str = "/etc/resolv.conf") -> list[str]:
+    """The domains the resolver appends to a short name (the pod's namespace and cluster domain)."""
+    try:
+        lines = open(resolv_conf).read().splitlines()
+    except OSError:
+        return []
+    found: list[str] = []
+    for line in lines:
+        words = line.split()
+        if words and words[0] in ("search", "domain"):
+            found = words[1:]
+    return found
+
+
 def _advice_for(stage: str, host: str, port: int) -> str:
     if stage == "DNS lookup":
+        tried = ", ".join(f"{host}.{domain}" for domain in search_domains()) or "no search domain in /etc/resolv.conf"
         return (
-            f"check that pod 0 exists and that the headless Service publishes not-ready addresses; "
-            f"`getent hosts {host}` inside a pod should answer. Raise {c.MASTER_WAIT_TIMEOUT.name} if pods start slowly"
+            f"check that pod 0 exists and that the headless Service publishes not-ready addresses "
+            f"(names tried through the search path: {tried}); `getent hosts {host}` inside a pod should answer. "
+            f"Raise {c.MASTER_WAIT_TIMEOUT.name} if pods start slowly"
         )
     return (
         f"pod 0 resolves but does not listen on {port}: look at pod 0's log (did its entrypoint fail?), "

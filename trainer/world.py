@@ -321,8 +321,8 @@ def _resolve_seed000(env: Mapping[str, str], hostname: str) -> World:
     if node_rank is not None and nnodes and node_rank >= nnodes:
         r.problem(source, str(node_rank), f"a node rank below {c.LEGACY_POD_NUMS}={nnodes}")
     master = None
-    if workload and service and namespace:
-        master = r.host(c.POD_NAME.name, c.master_dns_name(workload, service, namespace))
+    if workload and service:
+        master = r.host(c.POD_NAME.name, c.master_dns_name(workload, service))
     wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, DEFAULT_MASTER_WAIT_TIMEOUT)
     shutdown = r.integer(c.SHUTDOWN_TIMEOUT.name, 0, required=False, default=DEFAULT_SHUTDOWN_TIMEOUT)
     if r.problems:

@@ -25,7 +25,8 @@ RUN = DEV["run"]["name"]
 WORKLOAD = "trainer"
 SERVICE = f"{WORKLOAD}-rdzv"
 POD_NAMES = [f"{WORKLOAD}-{i}" for i in range(int(DEV["nodes"]))]
-MASTER = f"{WORKLOAD}-0.{SERVICE}.{NAMESPACE}.svc.cluster.local"
+MASTER = f"{WORKLOAD}-0.{SERVICE}"
+TEST_DOMAIN = "ddp-infra.test"  # the test cluster's domain
 # The smoke task made long enough to look inside its pods while it trains.
 LONG_RUN = ["-m", "trainer.train", "smoke", "--epochs", "500", "--batch", "256", "--samples", "65536",
             "--features", "128", "--classes", "4", "--lr", "3e-3", "--seed", "42", "--checkpoint-every", "0"]  # fmt: skip

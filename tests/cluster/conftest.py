@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from cluster_testing import DEV, NAMESPACE, delete_namespace, deploy, stack_objects
+from cluster_testing import DEV, NAMESPACE, TEST_DOMAIN, delete_namespace, deploy, stack_objects
 from toolchain.cluster import LocalCluster
 
 
@@ -19,7 +19,8 @@ def _interrupt(signum, _frame):
 def cluster():
     # pytest runs finalizers on KeyboardInterrupt only: turn SIGTERM into one.
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    local = LocalCluster("test")
+    # Not cluster.local: the stack must not depend on the cluster's domain.
+    local = LocalCluster("test", domain=TEST_DOMAIN)
     try:
         local.start()
         print(f"\n[cluster] started in {local.startup_seconds:.1f} s")

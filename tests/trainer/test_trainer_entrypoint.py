@@ -56,7 +56,7 @@ def test_seed000_variables_alone_reach_the_preflight():
            c.MASTER_WAIT_TIMEOUT.name: "1"}  # fmt: skip
     result = run_entrypoint(env)
     assert result.returncode == c.EXIT_PREFLIGHT_FAILED
-    assert "master=trainer-0.svc.ns.svc.cluster.local:23456" in result.stdout
+    assert "master=trainer-0.svc:23456" in result.stdout
     assert "DNS lookup still failing" in result.stdout
 
 

@@ -11,6 +11,7 @@ import pytest
 from trainer_testing import free_port
 
 from trainer import contract as c
+from trainer import preflight
 from trainer.preflight import (
     FAIL, OK, WARN, check_gpus, check_shm, choose_interface, own_address, visible_gpus, wait_for_endpoint,
 )  # fmt: skip
@@ -60,6 +61,15 @@ def test_an_unresolvable_master_fails_at_the_deadline_with_dns_advice():
     assert check.status == FAIL
     assert "DNS lookup still failing" in check.detail
     assert c.MASTER_WAIT_TIMEOUT.name in check.advice and "publishes not-ready addresses" in check.advice
+
+
+def test_the_dns_advice_names_the_names_the_search_path_tried(tmp_path, monkeypatch):
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("search ml.svc.example.internal svc.example.internal\nnameserver 10.0.0.10\noptions ndots:5\n")
+    assert preflight.search_domains(str(resolv)) == ["ml.svc.example.internal", "svc.example.internal"]
+    monkeypatch.setattr(preflight, "search_domains", lambda: ["ml.svc.example.internal"])
+    check = wait_for_endpoint("pod-0.missing.invalid", 29500, deadline_s=0.5, log=lambda _: None, first_delay_s=0.1)
+    assert "pod-0.missing.invalid.ml.svc.example.internal" in check.advice
 
 
 @pytest.mark.timeout(10)
