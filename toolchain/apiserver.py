@@ -40,18 +40,20 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _tool_dir():
+def tool_dir():
+    """Where toolchain/build.sh puts the binaries it builds."""
     out = subprocess.run([str(HERE / "build.sh"), "--bin-dir"], capture_output=True, text=True, check=True)
     return Path(out.stdout.strip())
 
 
-def _find(name, bin_dir):
+def find_tool(name, bin_dir):
+    """bin_dir/name if it is there, else name on PATH."""
     candidate = Path(bin_dir) / name
     if candidate.is_file() and os.access(candidate, os.X_OK):
         return str(candidate)
     found = shutil.which(name)
     if not found:
-        raise FileNotFoundError(f"{name} is neither in {bin_dir} nor on PATH: run toolchain/build.sh")
+        raise FileNotFoundError(f"{name} is neither in {bin_dir} nor on PATH: run `make setup` (toolchain/build.sh)")
     return found
 
 
@@ -71,9 +73,9 @@ class LocalApiServer:
     """
 
     def __init__(self, bin_dir=None, startup_timeout=90.0, kubectl="kubectl"):
-        bin_dir = bin_dir or _tool_dir()
-        self._etcd_bin = _find("etcd", bin_dir)
-        self._apiserver_bin = _find("kube-apiserver", bin_dir)
+        bin_dir = bin_dir or tool_dir()
+        self._etcd_bin = find_tool("etcd", bin_dir)
+        self._apiserver_bin = find_tool("kube-apiserver", bin_dir)
         self._kubectl = kubectl
         self.startup_timeout = startup_timeout
         self.token = "ddp-infra-test-token"

@@ -49,6 +49,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterable
 
+from toolchain.apiserver import find_tool, tool_dir
+
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("DDP_INFRA_CACHE", Path.home() / ".cache" / "ddp-infra"))
 
@@ -68,11 +70,6 @@ class ClusterError(RuntimeError):
     pass
 
 
-def _tool_dir() -> Path:
-    out = subprocess.run([str(HERE / "build.sh"), "--bin-dir"], capture_output=True, text=True, check=True)
-    return Path(out.stdout.strip())
-
-
 def _images() -> dict[str, tuple[str, Path]]:
     """{name: (image ref, docker-archive tar)} of the images toolchain/images.sh builds."""
     out = subprocess.run([str(HERE / "images.sh"), "--print"], capture_output=True, text=True, check=True)
@@ -81,16 +78,6 @@ def _images() -> dict[str, tuple[str, Path]]:
         name, ref, tar = line.split()
         images[name] = (ref, Path(tar))
     return images
-
-
-def _find(name: str, bin_dir: Path) -> str:
-    candidate = bin_dir / name
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return str(candidate)
-    found = shutil.which(name)
-    if not found:
-        raise ClusterError(f"{name} is neither in {bin_dir} nor on PATH: run `make setup` (toolchain/build.sh)")
-    return found
 
 
 def _start_time(pid: int) -> str | None:
@@ -202,7 +189,7 @@ class LocalCluster:
         self.home = CACHE / "cluster" / name
         self.run_dir = self.home / "run"
         self.containerd_root = self.home / "containerd"
-        self.bin_dir = bin_dir or _tool_dir()
+        self.bin_dir = bin_dir or tool_dir()
         self.startup_timeout = startup_timeout
         self.with_images = with_images
         self.node_name = f"{name}-node"
@@ -227,7 +214,7 @@ class LocalCluster:
         began = time.monotonic()
         deadline = began + self.startup_timeout
         self.stop()  # whatever a crashed earlier run left
-        binaries = {c: _find(c, self.bin_dir) for c in COMPONENTS}
+        binaries = {c: find_tool(c, self.bin_dir) for c in COMPONENTS}
         images = _images() if self.with_images else {}
         for ref, tar in images.values():
             if not tar.is_file():
@@ -647,7 +634,7 @@ state = "/run/containerd"
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        self._popen("relay", [sys.executable, str(Path(__file__)), "relay", str(port), str(self._holder), str(API_PORT)],
+        self._popen("relay", [sys.executable, "-m", "toolchain.cluster", "relay", str(port), str(self._holder), str(API_PORT)],
                     cwd=str(HERE.parent))
         self._write_kubeconfig(Path(self.kubeconfig), f"https://127.0.0.1:{port}", self._tokens["admin"])
         self.server = f"https://127.0.0.1:{port}"
@@ -692,15 +679,17 @@ state = "/run/containerd"
             })  # fmt: skip
         self.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
 
+    def _control_plane_flags(self, component: str) -> list[str]:
+        """The controller-manager's and the scheduler's identity, serving address and one instance."""
+        kubeconfig = str(self.run_dir / "pki" / f"{component}.kubeconfig")
+        return ["--kubeconfig", kubeconfig, "--authentication-kubeconfig", kubeconfig,
+                "--authorization-kubeconfig", kubeconfig, "--bind-address", "127.0.0.1", "--leader-elect=false"]
+
     def _start_node(self, binaries: dict[str, str]) -> None:
         pki = self.run_dir / "pki"
         self._spawn("kube-controller-manager", [
             binaries["kube-controller-manager"],
-            "--kubeconfig", str(pki / "kube-controller-manager.kubeconfig"),
-            "--authentication-kubeconfig", str(pki / "kube-controller-manager.kubeconfig"),
-            "--authorization-kubeconfig", str(pki / "kube-controller-manager.kubeconfig"),
-            "--bind-address", "127.0.0.1",
-            "--leader-elect=false",
+            *self._control_plane_flags("kube-controller-manager"),
             "--use-service-account-credentials",
             "--service-account-private-key-file", str(pki / "service-account.key"),
             "--root-ca-file", str(pki / "ca.crt"),
@@ -710,11 +699,7 @@ state = "/run/containerd"
         ])  # fmt: skip
         self._spawn("kube-scheduler", [
             binaries["kube-scheduler"],
-            "--kubeconfig", str(pki / "kube-scheduler.kubeconfig"),
-            "--authentication-kubeconfig", str(pki / "kube-scheduler.kubeconfig"),
-            "--authorization-kubeconfig", str(pki / "kube-scheduler.kubeconfig"),
-            "--bind-address", "127.0.0.1",
-            "--leader-elect=false",
+            *self._control_plane_flags("kube-scheduler"),
         ])  # fmt: skip
         resolv = self.run_dir / "resolv.conf"
         # Pods resolve through the cluster DNS only: no name outside the cluster is forwarded anywhere.
