@@ -133,9 +133,21 @@ def local_address_towards(host: str, port: int) -> str | None:
         return None
 
 
-def own_address(host: str, port: int) -> tuple[Check, str | None]:
-    """The address torchrun advertises for this node: its default, the FQDN, resolves from other pods
-    only when the pod has a subdomain, while the address that routes to the master always does."""
+def own_address(host: str, port: int, service: str | None = None) -> tuple[Check, str | None]:
+    """The address torchrun advertises for this node.
+
+    torchrun's c10d rendezvous numbers the nodes in the order of these addresses, so global rank 0
+    (the process that logs, checkpoints and writes outputs) runs on whichever sorts first. A pod
+    of the world advertises its own name under the headless Service, `<pod>.<service>`: pod 0's
+    (`<workload>-0.`) sorts before every other pod's, so rank 0 is always in pod 0, and it is the
+    name the other pods already resolved as the master. The kubelet writes that name into the
+    pod's /etc/hosts when the pod has the Service as its subdomain. Elsewhere (no subdomain, a
+    test on loopback) the address that routes to the master, whose order is arbitrary.
+    """
+    if service:
+        name = f"{socket.gethostname()}.{service}"
+        if socket.getfqdn().startswith(f"{name}."):
+            return Check("local address", OK, f"{name} (this pod under the Service; pod 0 sorts first, so rank 0 runs there)"), name
     address = local_address_towards(host, port)
     source = f"the route to {host}"
     if address is None:  # pod 0's own DNS record may not be published yet; /etc/hosts has the pod IP
@@ -249,7 +261,7 @@ def preflight(world: World, env: Mapping[str, str], wait_s: float, log: Callable
         checks.append(Check(f"reach {host}:{port}", OK, "this pod hosts the rendezvous store: nothing to wait for"))
     else:
         checks.append(wait_for_endpoint(host, port, wait_s, log=log))
-    address_check, local_addr = own_address(world.master_addr, world.master_port)
+    address_check, local_addr = own_address(world.master_addr, world.master_port, env.get(c.SVC_NAME.name))
     interface, settings = choose_interface(env, world.master_addr, world.master_port)
     checks += [address_check, interface]
     checks.append(check_shm(expected=_optional_int(env.get(c.SHM_SIZE_BYTES.name))))

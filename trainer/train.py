@@ -85,8 +85,10 @@ def main(argv: list[str]) -> int:
     random.seed(args.seed)
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     d = distributed.init(args.device, args.pg_timeout)
-    print(f"[DDP] process rank={d.rank} world_size={d.world_size} local_rank={d.local_rank} "
-          f"device={d.device} run={args.run_name}", flush=True)  # fmt: skip
+    # global_rank is torch's RANK; pod_index is the pod it runs in (NODE_RANK), as the pod's first [DDP] line says
+    pod_index = os.environ.get(c.NODE_RANK.name) or "?"
+    print(f"[DDP] process global_rank={d.rank} local_rank={d.local_rank} pod_index={pod_index} "
+          f"world_size={d.world_size} device={d.device} run={args.run_name}", flush=True)  # fmt: skip
     try:
         train(args, d, stop)
         code = 0

@@ -83,7 +83,7 @@ class World:
 
     def summary(self) -> str:
         return (
-            f"[DDP] rank={self.node_rank} nnodes={self.nnodes} nproc_per_node={self.nproc_per_node} "
+            f"[DDP] pod_index={self.node_rank} nnodes={self.nnodes} nproc_per_node={self.nproc_per_node} "
             f"world_size={self.world_size} master={self.master_addr}:{self.master_port} "
             f"rdzv={self.rdzv_backend}@{self.rdzv_endpoint} rdzv_id={self.rdzv_id} "
             f"max_restarts={self.max_restarts} rank_from={self.rank_source} run={self.run_name}"

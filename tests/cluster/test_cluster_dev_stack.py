@@ -33,6 +33,10 @@ def test_the_dev_world_trains_to_completion(cluster, dev_world):
     assert len(sums) == 1, done
     ranks = {line.split()[1] for lines in done.values() for line in lines}
     assert ranks == {"rank=0", "rank=1"}, done
+    # Global rank 0 (the one that logs, checkpoints and writes outputs) runs in pod 0, which the
+    # stack's kubectlFollowRank0 command follows.
+    assert "[DONE] rank=0 " in "\n".join(done[POD_NAMES[0]]), done
+    assert "[DDP] process global_rank=0 local_rank=0 pod_index=0 " in all_logs(cluster, NAMESPACE, POD_NAMES[0])
     # Every pod met the others at pod 0's DNS name, on a cluster whose domain is not cluster.local.
     for pod in POD_NAMES:
         log = all_logs(cluster, NAMESPACE, pod)

@@ -24,7 +24,7 @@ def test_reports_every_check_and_hides_the_token():
     out = result.stdout
     assert SECRET not in out + result.stderr
     assert f"{c.HF_TOKEN.name}=<set, hidden>" in out
-    assert "[DDP] rank=0 nnodes=2" in out
+    assert "[DDP] pod_index=0 nnodes=2" in out
     for check in ("pod env", "reach 127.0.0.1", "network interface", "shared memory", "GPUs", "torch"):
         assert f" {check}" in out
     assert "[DIAG] all checks passed" in out

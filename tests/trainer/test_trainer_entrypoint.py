@@ -46,7 +46,7 @@ def test_a_master_that_never_listens_fails_the_preflight_with_advice():
     env = pod_env("ddp-1", free_port(), **{c.MASTER_WAIT_TIMEOUT.name: "2"})
     result = run_entrypoint(env)
     assert result.returncode == c.EXIT_PREFLIGHT_FAILED
-    assert result.stdout.startswith("[DDP] rank=1 nnodes=2 nproc_per_node=1 world_size=2 master=127.0.0.1:")
+    assert result.stdout.startswith("[DDP] pod_index=1 nnodes=2 nproc_per_node=1 world_size=2 master=127.0.0.1:")
     assert "[PREFLIGHT] FAIL reach 127.0.0.1" in result.stdout and "next:" in result.stdout
     assert "not starting torchrun" in result.stderr
 
@@ -84,7 +84,7 @@ def test_sigterm_while_waiting_for_the_master_ends_the_pod_at_once():
     env = pod_env("ddp-1", free_port(), **{c.MASTER_WAIT_TIMEOUT.name: "3600"})
     proc = _started(env, SMOKE_ARGS, as_pid_1=True)
     try:
-        _wait_for_line(proc.stdout, "[DDP] rank=1")
+        _wait_for_line(proc.stdout, "[DDP] pod_index=1")
         (entrypoint,) = descendants(proc.pid)
         os.kill(entrypoint, signal.SIGTERM)
         proc.wait(timeout=5)

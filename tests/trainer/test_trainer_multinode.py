@@ -55,8 +55,8 @@ def test_two_pods_take_their_ranks_from_their_names_and_agree(spawn, tmp_path, r
     first = start_pod(spawn, "ddp-0", port, tmp_path)
     assert first.wait(180) == 0, first.text()
     assert second.wait(60) == 0, second.text()
-    assert "[DDP] rank=0 nnodes=2 nproc_per_node=1 world_size=2 master=127.0.0.1" in first.text()
-    assert "[DDP] rank=1 nnodes=2 nproc_per_node=1 world_size=2 master=127.0.0.1" in second.text()
+    assert "[DDP] pod_index=0 nnodes=2 nproc_per_node=1 world_size=2 master=127.0.0.1" in first.text()
+    assert "[DDP] pod_index=1 nnodes=2 nproc_per_node=1 world_size=2 master=127.0.0.1" in second.text()
     assert_both_ranks_end_with((first, second), reference_result(SMOKE_ARGS))
     logs = first.text() + second.text()
     for tag in ("[DDP]", "[TRAIN]", "[EPOCH]", "[DONE]"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import threading
 import time
@@ -130,3 +131,25 @@ def test_the_local_address_is_the_one_that_routes_to_the_master():
     assert (check.status, address) == (OK, "127.0.0.1")
     check, address = own_address("pod-0.not-yet-published.invalid", 29500)
     assert check.status == OK and "/etc/hosts" in check.detail and address
+
+
+def test_a_pod_under_the_service_advertises_its_name_there(monkeypatch):
+    # what the kubelet's /etc/hosts gives a pod whose subdomain is the headless Service
+    monkeypatch.setattr(preflight.socket, "gethostname", lambda: "trainer-3")
+    monkeypatch.setattr(preflight.socket, "getfqdn", lambda: "trainer-3.trainer-rdzv.ml.svc.example.internal")
+    check, address = own_address("127.0.0.1", 29500, service="trainer-rdzv")
+    assert (check.status, address) == (OK, "trainer-3.trainer-rdzv")
+    # without the Service as its subdomain, the address that routes to the master
+    monkeypatch.setattr(preflight.socket, "getfqdn", lambda: "trainer-3")
+    assert own_address("127.0.0.1", 29500, service="trainer-rdzv")[1] == "127.0.0.1"
+
+
+def test_those_names_put_pod_0_first_in_torchruns_rank_order():
+    """c10d numbers the nodes in the sort order of their descriptors: address, then pid."""
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc
+
+    rng = random.Random(0)
+    for nodes in (2, 3, 10, 11, 100, 512):
+        pods = [_NodeDesc(f"trainer-{i}.trainer-rdzv", rng.randrange(1, 1 << 22), 0) for i in range(nodes)]
+        rng.shuffle(pods)
+        assert sorted(pods)[0].addr == "trainer-0.trainer-rdzv"

@@ -23,7 +23,7 @@ def test_statefulset_pod_gets_its_rank_from_the_pod_index_label():
     assert (world.node_rank, world.nnodes, world.nproc_per_node, world.world_size) == (3, 4, 8, 32)
     assert world.rank_source == c.NODE_RANK.name
     assert world.rdzv_endpoint == "127.0.0.1:29500"
-    assert world.summary().startswith("[DDP] rank=3 nnodes=4 nproc_per_node=8 world_size=32 master=127.0.0.1:29500")
+    assert world.summary().startswith("[DDP] pod_index=3 nnodes=4 nproc_per_node=8 world_size=32 master=127.0.0.1:29500")
 
 
 def test_statefulset_without_the_label_uses_the_pod_name_ordinal():
