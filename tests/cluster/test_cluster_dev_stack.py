@@ -86,6 +86,16 @@ def test_the_pods_on_a_real_node(cluster, dev_world, tmp_path):
     addresses = exec_python(cluster, NAMESPACE, POD_NAMES[1], code).split()
     pod_ips = {name: pod["status"]["podIP"] for name, pod in pods(cluster, NAMESPACE).items()}
     assert addresses == [pod_ips[p] for p in POD_NAMES] + [pod_ips[POD_NAMES[0]]]
+    # ...while the name written out for the usual domain, which MASTER_ADDR once was, does not.
+    fixed = f"{POD_NAMES[0]}.{SERVICE}.{NAMESPACE}.svc.cluster.local"
+    failed = exec_python(cluster, NAMESPACE, POD_NAMES[1], f"""
+import socket
+try:
+    print(socket.gethostbyname({fixed!r}))
+except socket.gaierror as error:
+    print('unresolved', error)
+""")
+    assert failed.startswith("unresolved"), failed
 
     # publishNotReadyAddresses: a pod of the world that is not Ready (a readiness gate nobody
     # sets) has its DNS name all the same, which is what lets a world form before any pod is Ready.
