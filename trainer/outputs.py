@@ -43,13 +43,25 @@ class RunDir:
             os.fsync(file.fileno())
 
     def forget_metrics_from(self, epoch: int) -> None:
-        """A resumed run redoes epoch `epoch` and later: drop their lines so none is written twice."""
+        """A resumed run redoes epoch `epoch` and later: drop their lines so none is written twice.
+
+        A line a crash cut short (it can only be the last: each append is fsynced) is dropped
+        too: its epoch is redone, and it must not stop the resume.
+        """
         if not self.metrics.exists():
             return
-        kept = [line for line in self.metrics.read_text().splitlines() if line and json.loads(line)["epoch"] < epoch]
+        lines = self.metrics.read_text().splitlines()
+        kept = [line for line in lines if (line_epoch := _epoch_of(line)) is not None and line_epoch < epoch]
         temp = self.metrics.with_name(f".{METRICS}.tmp-{os.getpid()}")
         temp.write_text("".join(line + "\n" for line in kept))
         os.replace(temp, self.metrics)
+
+
+def _epoch_of(line: str) -> int | None:
+    try:
+        return json.loads(line)["epoch"]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def write_json(path: Path, record: dict[str, Any]) -> None:
