@@ -803,7 +803,11 @@ def main() -> int:
     cluster = LocalCluster(args.name, with_images=not getattr(args, "without_images", False),
                            domain=getattr(args, "domain", "cluster.local"))
     if args.command == "up":
-        cluster.start()
+        try:
+            cluster.start()
+        except (ClusterError, FileNotFoundError) as error:
+            print(f"[cluster] {args.name} did not start: {error}", file=sys.stderr)
+            return 1
         print(f"[cluster] {args.name} ready in {cluster.startup_seconds:.1f} s")
         for name, ref in cluster.images.items():
             print(f"[cluster] image {name}: {ref}")
