@@ -197,6 +197,7 @@ class LocalCluster:
         self.context = f"ddp-infra-{name}"
         self.kubeconfig = str(self.home / "kubeconfig")
         self.images: dict[str, str] = {}
+        self.server: str | None = None  # the API server's URL on this machine (the relay)
         self.startup_seconds: float | None = None
         self._holder: int | None = None
         self._made_dirs = self.home / "made-dirs.json"
@@ -321,9 +322,6 @@ class LocalCluster:
         result = self._ctr("images", "tag", "--force", source, target)
         if result.returncode != 0:
             raise ClusterError(f"ctr images tag {source} {target} failed:\n{result.stderr}")
-
-    def log(self, component: str) -> str:
-        return (self.run_dir / "logs" / f"{component}.log").read_text(errors="replace")
 
     # --- processes -------------------------------------------------------------------------
 
