@@ -34,7 +34,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def _free_port():
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -150,7 +151,7 @@ class LocalApiServer:
         self._procs.append(proc)
 
     def _start_etcd(self):
-        client, peer = _free_port(), _free_port()
+        client, peer = free_port(), free_port()
         self._spawn("etcd", [
             self._etcd_bin,
             "--name", "default",
@@ -167,7 +168,7 @@ class LocalApiServer:
         return f"http://127.0.0.1:{client}"
 
     def _start_apiserver(self, etcd_url):
-        port = _free_port()
+        port = free_port()
         self.server = f"https://127.0.0.1:{port}"
         key = str(self.workdir / "service-account.key")
         self._spawn("kube-apiserver", [

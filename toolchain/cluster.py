@@ -49,7 +49,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterable
 
-from toolchain.apiserver import find_tool, tool_dir
+from toolchain.apiserver import find_tool, free_port, tool_dir
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("DDP_INFRA_CACHE", Path.home() / ".cache" / "ddp-infra"))
@@ -238,7 +238,7 @@ class LocalCluster:
             ])  # fmt: skip
             self._start_apiserver(binaries["kube-apiserver"])
             self._start_relay()
-            self._wait(lambda: self._readyz(), deadline, "kube-apiserver /readyz")
+            self._wait(self._readyz, deadline, "kube-apiserver /readyz")
             self._bootstrap_objects()
             self._start_node(binaries)
             self._wait(self._node_ready, deadline, f"node {self.node_name} Ready")
@@ -254,15 +254,11 @@ class LocalCluster:
 
     def stop(self) -> None:
         """Ends every process of this cluster (also a crashed earlier run's) and removes its state."""
-        pids_file = self.run_dir / "pids.json"
-        recorded: dict[str, tuple[int, str]] = {}
-        if pids_file.exists():
-            recorded = {k: tuple(v) for k, v in json.loads(pids_file.read_text()).items()}
+        recorded = self._recorded()
         holder = recorded.get("holder")
         netns = None
         if holder and _alive(*holder):
             netns = os.readlink(f"/proc/{holder[0]}/ns/net")
-        # The kubelet first, so that it restarts nothing; then the daemons, newest first.
         # The kubelet first, so that it restarts nothing; then every other daemon at once.
         for group in (["kubelet"], [k for k in recorded if k not in ("kubelet", "holder")]):
             procs = [recorded[k] for k in group if k in recorded and _alive(*recorded[k])]
@@ -294,10 +290,9 @@ class LocalCluster:
         Path(self.kubeconfig).unlink(missing_ok=True)
 
     def status(self) -> dict[str, Any]:
-        pids_file = self.run_dir / "pids.json"
-        if not pids_file.exists():
+        recorded = self._recorded()
+        if not recorded:
             return {"running": False}
-        recorded = {k: tuple(v) for k, v in json.loads(pids_file.read_text()).items()}
         alive = {k: _alive(*v) for k, v in recorded.items()}
         return {"running": all(alive.values()), "processes": alive, "kubeconfig": self.kubeconfig}
 
@@ -314,8 +309,11 @@ class LocalCluster:
 
     def in_namespace(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
         """Runs a command inside the cluster's network and mount namespaces (as the node)."""
-        return subprocess.run(["nsenter", "-t", str(self._holder), "-m", "-n", "--", *argv],
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(self._entered(*argv), capture_output=True, text=True, timeout=timeout)
+
+    def _entered(self, *argv: str) -> list[str]:
+        """argv run inside the cluster's namespaces; nsenter execs it, so its pid is argv's."""
+        return ["nsenter", "-t", str(self._holder), "-m", "-n", "--", *argv]
 
     def tag_image(self, source: str, target: str) -> None:
         """Gives an imported image another name (what a manifest's `image:` resolves to)."""
@@ -324,6 +322,13 @@ class LocalCluster:
             raise ClusterError(f"ctr images tag {source} {target} failed:\n{result.stderr}")
 
     # --- processes -------------------------------------------------------------------------
+
+    def _recorded(self) -> dict[str, tuple[int, str]]:
+        """{process: (pid, start time)} of the run in run_dir, crashed or not; empty if none."""
+        pids_file = self.run_dir / "pids.json"
+        if not pids_file.exists():
+            return {}
+        return {key: tuple(value) for key, value in json.loads(pids_file.read_text()).items()}
 
     def _record(self, key: str, pid: int) -> None:
         start_time = _start_time(pid)
@@ -342,8 +347,8 @@ class LocalCluster:
         return proc
 
     def _spawn(self, key: str, argv: list[str]) -> None:
-        """A daemon inside the cluster's namespaces; nsenter execs it, so the pid is the daemon's."""
-        self._popen(key, ["nsenter", "-t", str(self._holder), "-m", "-n", "--", *argv])
+        """A daemon inside the cluster's namespaces."""
+        self._popen(key, self._entered(*argv))
 
     def _tail(self, key: str, lines: int = 40) -> str:
         path = self.run_dir / "logs" / f"{key}.log"
@@ -474,8 +479,7 @@ class LocalCluster:
             self._nsenter_script(f"mount --bind {source} {target}")
 
     def _nsenter_script(self, script: str) -> None:
-        proc = subprocess.run(["nsenter", "-t", str(self._holder), "-m", "-n", "--", "sh", "-c", script],
-                              capture_output=True, text=True, timeout=60)
+        proc = self.in_namespace("sh", "-c", script)
         if proc.returncode != 0:
             raise ClusterError(f"setting up the cluster's namespace failed:\n{script}\n{proc.stderr}")
 
@@ -629,9 +633,7 @@ state = "/run/containerd"
         ])  # fmt: skip
 
     def _start_relay(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self._popen("relay", [sys.executable, "-m", "toolchain.cluster", "relay", str(port), str(self._holder), str(API_PORT)],
                     cwd=str(HERE.parent))
         self._write_kubeconfig(Path(self.kubeconfig), f"https://127.0.0.1:{port}", self._tokens["admin"])
@@ -774,8 +776,7 @@ state = "/run/containerd"
 
     def _dns_ready(self) -> bool:
         probe = f"import urllib.request; urllib.request.urlopen('http://{NODE_IP}:8181/ready', timeout=2)"
-        return subprocess.run(["nsenter", "-t", str(self._holder), "-n", "--", sys.executable, "-c", probe],
-                              capture_output=True, timeout=10).returncode == 0
+        return self.in_namespace(sys.executable, "-c", probe, timeout=10).returncode == 0
 
     def _default_service_account(self) -> bool:
         return self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0
