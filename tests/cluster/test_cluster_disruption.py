@@ -36,7 +36,9 @@ def test_a_training_pod_is_not_evicted(cluster, dev_world):
 
 def test_a_crash_looping_pod_can_be_evicted(cluster, dev_world):
     # A run whose module does not exist: torchrun fails, the kubelet restarts it, and backs off.
-    dev_world(run__args=["-m", "trainer.no_such_module"])
+    # No restarts inside torchrun and the shortest join timeout: a pod restarted alone must not
+    # wait the dev stack's 600 s for a peer that is itself backing off.
+    dev_world(run__args=["-m", "trainer.no_such_module"], rendezvous__maxRestarts="0", rendezvous__joinTimeoutSeconds="30")
     looping = wait_for(lambda: next((n for n, p in pods(cluster, NAMESPACE).items() if _crash_looping(p)), None),
                        300, "a pod in CrashLoopBackOff", interval=2)
     uid = get(cluster, "pod", looping, NAMESPACE)["metadata"]["uid"]
