@@ -67,10 +67,7 @@ def pod_of(world: InfraWorld, index: int, with_index_label: bool = True) -> tupl
 
 
 def configured(stack: str, **changes: Any) -> tuple[stack_config.StackConfig, InfraWorld]:
-    values = harness.stack_file_config(stack)
-    for path, value in changes.items():
-        values = harness.with_path(values, path.replace("__", "."), value)
-    parsed = stack_config.parse(values)
+    parsed = stack_config.parse(harness.stack_config_with(stack, **changes))
     return parsed, InfraWorld.from_config(parsed, harness.PROJECT, stack)
 
 

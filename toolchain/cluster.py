@@ -299,13 +299,19 @@ class LocalCluster:
     # --- helpers for tests ---------------------------------------------------------------
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            ["kubectl", "--kubeconfig", self.kubeconfig, *args], input=input, capture_output=True, text=True,
-            timeout=timeout, env={**os.environ, "KUBECACHEDIR": str(self.run_dir / "kubecache")},
-        )  # fmt: skip
+        proc = subprocess.run(self.kubectl_argv(*args), input=input, capture_output=True, text=True,
+                              timeout=timeout, env=self.kubectl_env)
         if check and proc.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
         return proc
+
+    def kubectl_argv(self, *args: str) -> list[str]:
+        return ["kubectl", "--kubeconfig", self.kubeconfig, *args]
+
+    @property
+    def kubectl_env(self) -> dict[str, str]:
+        """kubectl's discovery cache goes into the run, not ~/.kube."""
+        return {**os.environ, "KUBECACHEDIR": str(self.run_dir / "kubecache")}
 
     def in_namespace(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
         """Runs a command inside the cluster's network and mount namespaces (as the node)."""

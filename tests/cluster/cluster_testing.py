@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from infra_harness import evaluate, stack_file_config, with_path
+from infra_harness import evaluate, stack_config_with, stack_file_config
 from toolchain.cluster import LocalCluster
 
 WORKLOAD_KINDS = ("StatefulSet", "Job")
@@ -33,14 +33,10 @@ LONG_RUN = ["-m", "trainer.train", "smoke", "--epochs", "500", "--batch", "256",
 
 
 def stack_objects(stack: str = "dev", **overrides: Any) -> list[dict[str, Any]]:
-    """The Kubernetes objects of a committed stack, with config overrides given as
-    `path="value"` (dots written as double underscores: run__args=[...])."""
-    values = stack_file_config(stack)
-    for path, value in overrides.items():
-        values = with_path(values, path.replace("__", "."), value)
-    evaluation = evaluate(values, stack=stack)
+    """The Kubernetes objects of a committed stack, with config overrides (see stack_config_with)."""
+    evaluation = evaluate(stack_config_with(stack, **overrides), stack=stack)
     assert evaluation.error is None, str(evaluation.error)
-    return [r.manifest for r in evaluation.registered if r.custom and r.type.startswith("kubernetes:")]
+    return evaluation.kubernetes_manifests
 
 
 def deploy(cluster: LocalCluster, documents: list[dict[str, Any]]) -> None:
@@ -125,8 +121,8 @@ class LogStream:
         self.path = path
         self._file = open(path, "wb")
         self._proc = subprocess.Popen(
-            ["kubectl", "--kubeconfig", cluster.kubeconfig, "logs", "-f", pod, "-n", namespace, "-c", "trainer"],
-            stdout=self._file, stderr=subprocess.STDOUT,
+            cluster.kubectl_argv("logs", "-f", pod, "-n", namespace, "-c", "trainer"),
+            stdout=self._file, stderr=subprocess.STDOUT, env=cluster.kubectl_env,
         )  # fmt: skip
 
     def text(self, wait: float = 15) -> str:

@@ -92,6 +92,11 @@ class Evaluation:
         return found[0]
 
     @property
+    def kubernetes_manifests(self) -> list[dict[str, Any]]:
+        """Every Kubernetes object the program registers, as the provider would send it."""
+        return [r.manifest for r in self.registered if r.custom and r.type.startswith("kubernetes:")]
+
+    @property
     def workload(self) -> Registered:
         workloads = self.of_type("kubernetes:apps/v1:StatefulSet") + self.of_type("kubernetes:batch/v1:Job")
         assert len(workloads) == 1
@@ -129,6 +134,15 @@ def with_path(values: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 
 DELETE = object()
+
+
+def stack_config_with(stack: str, **changes: Any) -> dict[str, Any]:
+    """A committed stack file's config with `pulumi config set --path` changes, written as
+    keyword arguments whose dots are double underscores: workload__kind="job"."""
+    values = stack_file_config(stack)
+    for path, value in changes.items():
+        values = with_path(values, path.replace("__", "."), value)
+    return values
 
 
 def engine_config(values: dict[str, Any]) -> dict[str, str]:

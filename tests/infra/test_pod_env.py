@@ -15,10 +15,7 @@ from ddp_infra.world import World
 
 
 def env_for(**changes) -> dict[str, dict]:
-    values = harness.stack_file_config("prod")
-    for path, value in changes.items():
-        values = harness.with_path(values, path.replace("__", "."), value)
-    parsed = stack_config.parse(values)
+    parsed = stack_config.parse(harness.stack_config_with("prod", **changes))
     world = World.from_config(parsed, harness.PROJECT, "prod")
     return {var["name"]: var for var in workload.pod_env(parsed, world)}
 

@@ -26,8 +26,7 @@ def api():
 
 def objects(stack: str, nodes: int, kind: str = contract.STATEFULSET) -> list[dict[str, Any]]:
     """The Kubernetes objects the program registers, as the provider would send them."""
-    evaluation = evaluated(stack, nodes, kind)
-    return [r.manifest for r in evaluation.registered if r.custom and r.type.startswith("kubernetes:")]
+    return evaluated(stack, nodes, kind).kubernetes_manifests
 
 
 def kubectl(api: LocalApiServer, *args: str, documents: list[dict[str, Any]] | None = None) -> str:
