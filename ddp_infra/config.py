@@ -294,7 +294,7 @@ class RunConfig(_Model):
 
 class WorkloadConfig(_Model):
     kind: Literal[contract.WORKLOAD_KINDS] = Field(  # type: ignore[valid-type]
-        contract.STATEFULSET, description="statefulset (long-lived pods) or job (an Indexed Job that runs to completion)."
+        contract.INDEXED_JOB, description="job (an Indexed Job that runs to completion) or statefulset (pods kept up, restarted after the run ends)."
     )
     name: WorkloadName = Field("trainer", description="Name of the StatefulSet or Job; the Service is <name>-rdzv.")
     wait_for_ready: bool = Field(
@@ -304,7 +304,9 @@ class WorkloadConfig(_Model):
     termination_grace_period_seconds: int = Field(
         120, ge=0, le=3600, description="Time a pod gets after SIGTERM to write a checkpoint."
     )
-    backoff_limit: int = Field(0, ge=0, le=100, description="job: pod failures before the Job fails.")
+    backoff_limit: int = Field(
+        3, ge=0, le=100, description="job: pod failures (crashes, OOM kills, SIGKILL; not evictions or SIGTERM stops) before the Job fails."
+    )
     ttl_seconds_after_finished: int = Field(
         86400, ge=0, le=30 * 86400, description="job: seconds a finished Job and its pods are kept."
     )

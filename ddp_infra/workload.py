@@ -13,7 +13,13 @@ from trainer import contract
 from .config import GPU_RESOURCE, StackConfig, parse_quantity
 from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, RENDEZVOUS_PORT_NAME, World
 
-SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
+WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
+# What `pulumi up` waits for when it does not wait for the pods: the controller has taken the
+# workload. skipAwait would be quicker, but it also skips waiting for a replaced world's deletion.
+ACCEPTED = {
+    contract.STATEFULSET: "jsonpath={.status.observedGeneration}",
+    contract.INDEXED_JOB: "jsonpath={.status.startTime}",
+}
 TMP_MOUNT = "/tmp"
 # Where a pod's own index comes from, per workload kind (the downward API reads it).
 NODE_RANK_FIELD = {
@@ -213,7 +219,7 @@ def pod_template(config: StackConfig, world: World) -> dict[str, Any]:
 def workload_metadata(config: StackConfig, world: World) -> dict[str, Any]:
     annotations = dict(world.extra_annotations)
     if not config.workload.wait_for_ready:
-        annotations[SKIP_AWAIT_ANNOTATION] = "true"
+        annotations[WAIT_FOR_ANNOTATION] = ACCEPTED[world.workload_kind]
     metadata: dict[str, Any] = {
         "name": world.workload_name,
         "namespace": world.namespace,
@@ -253,12 +259,28 @@ def job_manifest(config: StackConfig, world: World) -> dict[str, Any]:
             "ttlSecondsAfterFinished": config.workload.ttl_seconds_after_finished,
             # A replacement pod starts only once the failed one is gone, so an index is never doubled.
             "podReplacementPolicy": "Failed",
-            # An evicted or preempted pod is replaced and resumes from its checkpoint instead of
-            # counting against backoffLimit (the trainer exits non-zero after a SIGTERM checkpoint).
-            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]},
+            "podFailurePolicy": {"rules": _pod_failure_rules()},
             "template": pod_template(config, world),
         },
     }
+
+
+def _pod_failure_rules() -> list[dict[str, Any]]:
+    """Which pod failures end the run.
+
+    An evicted, preempted or deleted pod checkpoints on SIGTERM and exits 143: it is replaced and the
+    world resumes, without counting against backoffLimit. A pod env that describes no world fails
+    the Job at once. Anything else (a crash, an OOM kill, a SIGKILL) counts.
+    """
+
+    def exit_codes(code: int) -> dict[str, Any]:
+        return {"containerName": CONTAINER_NAME, "operator": "In", "values": [code]}
+
+    return [
+        {"action": "FailJob", "onExitCodes": exit_codes(contract.EXIT_BAD_ENV)},
+        {"action": "Ignore", "onExitCodes": exit_codes(contract.EXIT_TERMINATED)},
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
 
 
 def workload_manifest(config: StackConfig, world: World) -> dict[str, Any]:

@@ -73,8 +73,8 @@ class World:
 
     @property
     def rdzv_id(self) -> str:
-        """Unique to the stack and stable across `pulumi up`, so pods never roll for it."""
-        return f"{self.project}-{self.stack}-{self.workload_name}"
+        """Unique to the stack and the world's shape: pods of a world of another size never join this one."""
+        return f"{self.project}-{self.stack}-{self.workload_name}-{self.nnodes}x{self.nproc_per_node}"
 
     @property
     def service_account_name(self) -> str:
@@ -122,6 +122,10 @@ class World:
     def kubectl_watch_pods(self, context: Optional[str] = None) -> str:
         selector = ",".join(f"{key}={value}" for key, value in self.selector.items())
         return f"{_kubectl(self.namespace, context)} get pods -l {selector} -o wide -w"
+
+    def kubectl_run_status(self, context: Optional[str] = None) -> str:
+        """Where the run stands: a Job's STATUS column reads Running, Complete or Failed."""
+        return f"{_kubectl(self.namespace, context)} get {self.workload_kind} {self.workload_name}"
 
     def kubectl_follow_rank0(self, context: Optional[str] = None) -> str:
         kubectl = _kubectl(self.namespace, context)

@@ -100,7 +100,7 @@ def test_every_pod_resolves_the_world_the_program_describes(stack, kind, nodes):
 
 
 def test_a_cluster_without_the_pod_index_label_falls_back_to_the_pod_name():
-    parsed, world = configured("dev", nodes="4")
+    parsed, world = configured("dev", nodes="4", workload__kind=contract.STATEFULSET)
     env = kubelet_env(workload.pod_env(parsed, world), *pod_of(world, 3, with_index_label=False)[:1], {})
     assert env[contract.NODE_RANK.name] == env[contract.PET_NODE_RANK.name] == ""
     seen = resolve_world(env, f"{world.workload_name}-3")

@@ -73,5 +73,6 @@ class DdpTrainingStack(Component):
             "runName": world.run_name,
             "kubectlWatchPods": world.kubectl_watch_pods(context),
             "kubectlFollowRank0": world.kubectl_follow_rank0(context),
+            "kubectlRunStatus": world.kubectl_run_status(context),
         }
         self.register_outputs(self.outputs)

@@ -1,21 +1,25 @@
-"""The training workload: a StatefulSet, or an Indexed Job when `workload.kind` is `job`.
+"""The training workload: an Indexed Job (the default), or a StatefulSet when `workload.kind` is `statefulset`.
 
-Whether `pulumi up` waits for the pods (`workload.waitForReady`, default false):
+A changed workload is replaced whole. Any spec change (`nodes`, the image, the run's args) deletes
+the old workload, waits until its pods are gone (the provider's foreground delete: every pod gets
+its SIGTERM checkpoint), then creates the new one, which resumes from that checkpoint. So there is
+never a world that mixes pods of two shapes, one-pod-at-a-time roll, or two worlds writing one
+`/out/<run>`; the rendezvous id carries the shape as well.
 
-- not waiting is the default. A training pod's readiness says little (no probe can tell a
-  healthy rank from one stuck in rendezvous), and the provider awaits a Job until it
-  *completes*, which for training means hours. Pulling a large image onto 64 nodes also takes
-  longer than the provider's 10-minute default, and a timed-out await marks the update failed
-  while the pods carry on, which invites a needless second `pulumi up`. So the workload gets
-  the `pulumi.com/skipAwait` annotation: `pulumi up` returns once the objects are accepted,
-  and the stack outputs give the kubectl commands to watch the pods and follow rank 0.
-- `waitForReady: true` makes `pulumi up` fail loudly when pods cannot be scheduled (no GPU
-  node, a bad image): it waits until every replica is Ready (a Job: until it completes), up
-  to `workload.readyTimeout` (customTimeouts for create and update).
+What `pulumi up` waits for (`workload.waitForReady`, default false):
+
+- not waiting is the default: the workload carries `pulumi.com/waitFor`, met as soon as its
+  controller has taken it (a Job's start time, a StatefulSet's observed generation). A training
+  pod's readiness says little, the provider awaits a Job until it *completes* (hours), and pulling
+  a large image onto 64 nodes outlasts the provider's 10-minute default. The stack outputs give the
+  kubectl commands that show where the run stands and follow rank 0. (`pulumi.com/skipAwait` would
+  also skip waiting for the old world's deletion, so a replacement could start beside it.)
+- `waitForReady: true` makes `pulumi up` wait until every replica is Ready (a Job: until it
+  completes), up to `workload.readyTimeout` (customTimeouts for create and update).
 
 A finished Job is deleted by Kubernetes after `workload.ttlSecondsAfterFinished`. Pulumi does
 not notice until a refresh; after `pulumi refresh` the next `pulumi up` creates the Job again,
-and the trainer finds its run (same RUN_NAME) under /out and resumes from the last checkpoint.
+and the trainer finds its run (same RUN_NAME) under /out finished and trains nothing.
 """
 
 from __future__ import annotations
@@ -44,7 +48,9 @@ class Trainer(Component):
     def __init__(self, name: str, args: TrainerArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Trainer", name, opts)
         manifest = workload_manifest(args.config, args.world)
-        workload_options = self.child(custom_timeouts=_timeouts(args.config))
+        workload_options = self.child(
+            custom_timeouts=_timeouts(args.config), delete_before_replace=True, replace_on_changes=["spec"]
+        )
         if args.world.workload_kind == contract.INDEXED_JOB:
             self.workload: pulumi.CustomResource = k8s.batch.v1.Job(
                 name, metadata=manifest["metadata"], spec=manifest["spec"], opts=workload_options
@@ -58,6 +64,6 @@ class Trainer(Component):
 
 def _timeouts(config: StackConfig) -> Optional[pulumi.CustomTimeouts]:
     if not config.workload.wait_for_ready:
-        return None  # the skipAwait annotation applies
+        return None  # the waitFor annotation applies
     timeout = config.workload.ready_timeout
     return pulumi.CustomTimeouts(create=timeout, update=timeout)

@@ -39,6 +39,8 @@ class Registered:
     retain_on_delete: bool
     dependencies: list[str]
     custom_timeouts: dict[str, str]
+    delete_before_replace: bool
+    replace_on_changes: list[str]
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -64,6 +66,7 @@ class RecordingMonitor(mocks.MockMonitor):
                 protect=request.protect, retain_on_delete=request.retainOnDelete,
                 dependencies=list(request.dependencies),
                 custom_timeouts={k: getattr(timeouts, k) for k in ("create", "update", "delete") if getattr(timeouts, k)},
+                delete_before_replace=request.deleteBeforeReplace, replace_on_changes=list(request.replaceOnChanges),
             ))
         return response
 
@@ -207,11 +210,10 @@ def plain_strings(value: Any) -> list[str]:
 
 
 @functools.cache
-def evaluated(stack: str, nodes: int, kind: str = "statefulset") -> Evaluation:
+def evaluated(stack: str, nodes: int, kind: str = "job") -> Evaluation:
     """A stack file at a given size and workload kind, evaluated once per test session."""
     values = with_path(stack_file_config(stack), "nodes", str(nodes))
-    if kind != "statefulset":
-        values = with_path(values, "workload.kind", kind)
+    values = with_path(values, "workload.kind", kind)
     evaluation = evaluate(values, stack=stack)
     assert evaluation.error is None, str(evaluation.error)
     return evaluation

@@ -56,8 +56,18 @@ def test_workload_runs_one_pod_per_node(evaluation, nodes, kind):
         assert spec["completions"] == spec["parallelism"] == nodes
         assert spec["ttlSecondsAfterFinished"] > 0
         assert evaluation.pod_spec["restartPolicy"] == "Never"
-        # an eviction replaces the pod rather than failing the Job
-        assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]} in spec["podFailurePolicy"]["rules"]
+        # a lost pod is replaced only once it is gone, so an index never runs twice
+        assert spec["podReplacementPolicy"] == "Failed"
+        rules = spec["podFailurePolicy"]["rules"]
+        # an eviction, or a pod stopped by SIGTERM after its checkpoint, is replaced without counting as a failure
+        assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]} in rules
+        terminated = {"containerName": "trainer", "operator": "In", "values": [contract.EXIT_TERMINATED]}
+        assert {"action": "Ignore", "onExitCodes": terminated} in rules
+        # a pod env that describes no world fails the Job at once: retrying cannot fix it
+        bad_env = {"containerName": "trainer", "operator": "In", "values": [contract.EXIT_BAD_ENV]}
+        assert {"action": "FailJob", "onExitCodes": bad_env} in rules
+        # a crash or a SIGKILL of one pod (the world re-forms) does not end the run
+        assert spec["backoffLimit"] >= 1
 
 
 @pulumi.runtime.test
@@ -105,7 +115,8 @@ def test_env_carries_the_contract_with_one_shape(evaluation, stack, nodes, kind)
     assert env["MASTER_ADDR"]["value"] == master
     assert env["MASTER_PORT"]["value"] == str(service_port(evaluation))
     assert env["PET_RDZV_ENDPOINT"]["value"] == env["RDZV_ENDPOINT"]["value"] == f"{master}:{service_port(evaluation)}"
-    assert env["RDZV_ID"]["value"] == f"ddp-infra-{stack}-{workload['name']}"
+    # tied to the world's shape: pods of a world of another size never meet this one's rendezvous
+    assert env["RDZV_ID"]["value"] == f"ddp-infra-{stack}-{workload['name']}-{nodes}x{procs}"
     rank_path = {
         "statefulset": f"metadata.labels['{contract.POD_INDEX_LABEL}']",
         "job": f"metadata.annotations['{contract.JOB_COMPLETION_INDEX_ANNOTATION}']",
@@ -199,6 +210,9 @@ def test_outputs_describe_the_world(evaluation, stack, nodes, kind):
     assert "logs -f" in outputs["kubectlFollowRank0"]
     rank0 = f"{workload['name']}-0" if kind == "statefulset" else f"{contract.JOB_COMPLETION_INDEX_ANNOTATION}=0"
     assert rank0 in outputs["kubectlFollowRank0"]
+    # where the run stands: `kubectl get job` prints Running, Complete or Failed
+    resource = "statefulset" if kind == "statefulset" else "job"
+    assert outputs["kubectlRunStatus"] == f"kubectl -n {workload['namespace']} get {resource} {workload['name']}"
 
 
 @pulumi.runtime.test
@@ -309,31 +323,39 @@ def test_existing_claims_and_namespace_are_used_not_managed():
 
 
 @pytest.mark.parametrize("wait", [False, True])
+@pytest.mark.parametrize("kind", ["statefulset", "job"])
 @pulumi.runtime.test
-def test_waiting_for_pods_is_a_choice(wait):
+def test_waiting_for_pods_is_a_choice(wait, kind):
     values = harness.with_path(harness.stack_file_config("dev"), "workload.waitForReady", str(wait).lower())
     values = harness.with_path(values, "workload.readyTimeout", "45m")
+    values = harness.with_path(values, "workload.kind", kind)
     workload = harness.evaluate(values).workload
     annotations = workload.manifest["metadata"].get("annotations", {})
+    # skipAwait would also skip waiting for the old world's deletion when the workload is replaced
+    assert "pulumi.com/skipAwait" not in annotations
     if wait:
-        assert "pulumi.com/skipAwait" not in annotations
+        assert "pulumi.com/waitFor" not in annotations
         assert workload.custom_timeouts == {"create": "45m", "update": "45m"}
     else:
-        assert annotations["pulumi.com/skipAwait"] == "true"
+        # accepted by its controller is enough: a Job's default await lasts until it completes
+        started = {"job": "jsonpath={.status.startTime}", "statefulset": "jsonpath={.status.observedGeneration}"}
+        assert annotations["pulumi.com/waitFor"] == started[kind]
         assert workload.custom_timeouts == {}
 
 
-# Fields whose change makes pulumi-kubernetes replace a StatefulSet (delete, then create) rather
-# than update it (provider/pkg/provider/diff.go).
-STATEFULSET_REPLACE_FIELDS = ("selector", "serviceName", "podManagementPolicy", "revisionHistoryLimit", "volumeClaimTemplates")
-
-
 @pulumi.runtime.test
-def test_scaling_updates_the_statefulset_in_place(stack):
-    manifests = [evaluated(stack, nodes).workload.manifest for nodes in NODE_COUNTS]
-    for manifest in manifests[1:]:
-        assert {k: manifest["metadata"][k] for k in ("name", "namespace")} == {
-            k: manifests[0]["metadata"][k] for k in ("name", "namespace")
-        }
-        for field in STATEFULSET_REPLACE_FIELDS:
-            assert manifest["spec"].get(field) == manifests[0]["spec"].get(field), field
+def test_a_changed_workload_is_replaced_whole_after_the_old_world_is_gone(kind):
+    """Any spec change (a resize, an image, the run's args) stops the old world before the new one starts.
+
+    Rolling one pod at a time would mix pods of two shapes; creating first would put two worlds on
+    one /out/<run>. The provider deletes in the foreground by default and waits for the delete
+    unless skipAwait is set, which the test above rules out.
+    """
+    workload = evaluated("dev", 2, kind).workload
+    assert workload.delete_before_replace is True
+    assert workload.replace_on_changes == ["spec"]
+
+
+def test_the_default_workload_runs_to_completion():
+    assert harness.evaluate(harness.stack_file_config("dev")).workload.type == JOB
+
