@@ -22,6 +22,7 @@ class TrainingNamespaceArgs:
     protect: bool
     # The restricted Pod Security Standard is enforced unless the pods need a capability it forbids.
     restricted: bool
+    retained_provider: pulumi.ProviderResource
 
 
 class TrainingNamespace(Component):
@@ -31,6 +32,10 @@ class TrainingNamespace(Component):
         self.namespace = k8s.core.v1.Namespace(
             name,
             metadata=manifest["metadata"],
-            opts=self.child(retain_on_delete=args.retain_on_delete, protect=args.protect),
+            opts=self.child(
+                retain_on_delete=args.retain_on_delete,
+                protect=args.protect,
+                provider=args.retained_provider if args.retain_on_delete else None,
+            ),
         )
         self.register_outputs({"name": self.namespace.metadata["name"]})

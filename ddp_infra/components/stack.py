@@ -22,6 +22,8 @@ from .trainer import Trainer, TrainerArgs
 class DdpTrainingStackArgs:
     config: StackConfig
     world: World
+    # the provider of what Pulumi keeps in the cluster on delete (see program.kubernetes_provider)
+    retained_provider: pulumi.ProviderResource
 
 
 class DdpTrainingStack(Component):
@@ -38,6 +40,7 @@ class DdpTrainingStack(Component):
                     retain_on_delete=any(volume.retain_on_delete for volume in created_claims),
                     protect=any(volume.protect for volume in created_claims),
                     restricted=not config.network.infiniband,
+                    retained_provider=args.retained_provider,
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
@@ -49,7 +52,9 @@ class DdpTrainingStack(Component):
             return pulumi.ResourceOptions(parent=self, depends_on=[*in_namespace, *after])
 
         self.storage = TrainingStorage(
-            "storage", TrainingStorageArgs(storage=config.storage, namespace=world.namespace), opts=inside()
+            "storage",
+            TrainingStorageArgs(storage=config.storage, namespace=world.namespace, retained_provider=args.retained_provider),
+            opts=inside(),
         )
         self.hf_token = (
             HfTokenSecret("hf-token", HfTokenSecretArgs(world=world, token=config.hf_token), opts=inside())

@@ -24,6 +24,7 @@ from .base import Component
 class TrainingStorageArgs:
     storage: StorageConfig
     namespace: str
+    retained_provider: pulumi.ProviderResource
 
 
 class TrainingStorage(Component):
@@ -38,6 +39,10 @@ class TrainingStorage(Component):
                 f"{name}-{role}",
                 metadata=manifest["metadata"],
                 spec=manifest["spec"],
-                opts=self.child(retain_on_delete=volume.retain_on_delete, protect=volume.protect),
+                opts=self.child(
+                    retain_on_delete=volume.retain_on_delete,
+                    protect=volume.protect,
+                    provider=args.retained_provider if volume.retain_on_delete else None,
+                ),
             )
         self.register_outputs({role: claim.metadata["name"] for role, claim in self.claims.items()})

@@ -65,11 +65,11 @@ def test_main_exports_the_outputs(stack):
 
 @pulumi.runtime.test
 def test_dev_renders_manifests_under_the_project_and_prod_applies_them():
-    dev_provider = harness.evaluate(harness.stack_file_config("dev")).one("pulumi:providers:kubernetes")
+    dev_providers = harness.evaluate(harness.stack_file_config("dev")).of_type("pulumi:providers:kubernetes")
     # Relative, so a clone in another directory has the same provider config.
-    assert dev_provider.inputs["renderYamlToDirectory"] == "rendered/dev"
+    assert [p.inputs["renderYamlToDirectory"] for p in dev_providers] == ["rendered/dev"] * 2
     prod = harness.evaluate(harness.stack_file_config("prod"), stack="prod")
-    assert "renderYamlToDirectory" not in prod.one("pulumi:providers:kubernetes").inputs
+    assert all("renderYamlToDirectory" not in p.inputs for p in prod.of_type("pulumi:providers:kubernetes"))
 
 
 def config_reference():
