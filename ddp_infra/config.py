@@ -304,6 +304,10 @@ class WorkloadConfig(_Model):
     termination_grace_period_seconds: int = Field(
         120, ge=0, le=3600, description="Time a pod gets after SIGTERM to write a checkpoint."
     )
+    max_unavailable: int = Field(
+        1, ge=0, le=100000,
+        description="Healthy pods a voluntary disruption (a node drain) may evict at once; each stops the world at a checkpoint and it re-forms. 0: drains wait for the run to end.",
+    )
     backoff_limit: int = Field(
         3, ge=0, le=100, description="job: pod failures (crashes, OOM kills, SIGKILL; not evictions or SIGTERM stops) before the Job fails."
     )

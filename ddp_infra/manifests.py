@@ -77,19 +77,21 @@ def network_policy_manifest(world: World) -> dict[str, Any]:
     }
 
 
-def disruption_budget_manifest(world: World) -> dict[str, Any]:
-    """No voluntary eviction of a healthy pod: losing one pod restarts the whole world.
+def disruption_budget_manifest(world: World, max_unavailable: int) -> dict[str, Any]:
+    """How many healthy pods a voluntary disruption (a node drain) may evict at once.
 
-    maxUnavailable 0 holds whatever `nodes` is (a node drain waits until the run is stopped).
-    A pod that is not Ready (crash-looping, stuck) trains nothing, and under the default policy
-    it could never be evicted either, blocking every drain and node-pool upgrade: AlwaysAllow.
+    Each eviction stops the whole world at a SIGTERM checkpoint, and it re-forms when the pod is
+    back: one at a time lets a drain proceed without gaining anything from more; 0 makes a drain
+    wait until the run ends. A pod that is not Ready (crash-looping, stuck) trains nothing, and
+    under the default policy it could never be evicted, blocking every drain and node-pool
+    upgrade: AlwaysAllow.
     """
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(world, world.disruption_budget_name, "disruption-budget"),
         "spec": {
-            "maxUnavailable": 0,
+            "maxUnavailable": max_unavailable,
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
             "selector": {"matchLabels": world.selector},
         },

@@ -18,6 +18,7 @@ from .base import Component
 @dataclass(frozen=True)
 class GuardrailsArgs:
     world: World
+    max_unavailable: int  # healthy pods a node drain may evict at once
 
 
 class Guardrails(Component):
@@ -34,7 +35,7 @@ class Guardrails(Component):
         self.network_policy = k8s.networking.v1.NetworkPolicy(
             f"{name}-netpol", metadata=policy["metadata"], spec=policy["spec"], opts=self.child()
         )
-        budget = disruption_budget_manifest(args.world)
+        budget = disruption_budget_manifest(args.world, args.max_unavailable)
         self.disruption_budget = k8s.policy.v1.PodDisruptionBudget(
             f"{name}-pdb", metadata=budget["metadata"], spec=budget["spec"], opts=self.child()
         )

@@ -62,7 +62,7 @@ class DdpTrainingStack(Component):
             else None
         )
         self.rendezvous = Rendezvous("rendezvous", RendezvousArgs(world=world), opts=inside())
-        self.guardrails = Guardrails("guardrails", GuardrailsArgs(world=world), opts=inside())
+        self.guardrails = Guardrails("guardrails", GuardrailsArgs(world=world, max_unavailable=config.workload.max_unavailable), opts=inside())
         pods_need = [self.storage, self.rendezvous, self.guardrails, *([self.hf_token] if self.hf_token else [])]
         self.trainer = Trainer(world.workload_name, TrainerArgs(config=config, world=world), opts=inside(*pods_need))
 

@@ -91,11 +91,20 @@ def test_headless_service_selects_the_pods_and_names_the_workload(evaluation, ki
 
 
 @pulumi.runtime.test
-def test_the_disruption_budget_protects_healthy_pods_only(evaluation):
+def test_the_disruption_budget_lets_a_drain_take_one_pod_at_a_time(evaluation):
     spec = evaluation.one("kubernetes:policy/v1:PodDisruptionBudget").manifest["spec"]
-    assert spec["maxUnavailable"] == 0
+    # An evicted pod checkpoints on SIGTERM and the world re-forms when it is back: a drain need not
+    # wait for the run to end, but taking several pods at once gains nothing.
+    assert spec["maxUnavailable"] == 1
     # A crash-looping pod must not block a node drain or a node-pool upgrade.
     assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+@pulumi.runtime.test
+def test_a_stack_can_refuse_every_voluntary_eviction():
+    values = harness.stack_config_with("dev", workload__maxUnavailable="0")
+    spec = harness.evaluate(values).one("kubernetes:policy/v1:PodDisruptionBudget").manifest["spec"]
+    assert spec["maxUnavailable"] == 0
 
 
 @pulumi.runtime.test
