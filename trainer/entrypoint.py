@@ -1,7 +1,15 @@
-"""The container's entrypoint: pod env -> checked world -> preflight -> exec torchrun.
+"""The container's entrypoint: pod env -> checked world -> preflight -> torchrun, re-joined if the world breaks up.
 
 Usage (the container command): python -m trainer.entrypoint <what you would write after torchrun>
 e.g. python -m trainer.entrypoint -m trainer.train smoke --epochs 2
+
+torchrun runs as a child, not exec'd, for one case torchrun cannot handle: pod 0 hosts the
+rendezvous store, so when pod 0 is lost every other pod's torchrun fails with a connection error.
+Those pods then wait for pod 0's replacement (the preflight again) and join the world it forms, at
+most MAX_RESTARTS times, instead of failing with it. Pod 0 never re-joins: its torchrun restarts its
+own workers when a peer is lost, and its failure is the run's (the Job counts it). A SIGTERM is
+passed on to torchrun, which gives the workers SHUTDOWN_TIMEOUT to checkpoint; the pod then exits
+143, which the Job replaces without counting as a failure.
 """
 
 from __future__ import annotations
@@ -10,8 +18,9 @@ import os
 import shlex
 import signal
 import socket
+import subprocess
 import sys
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED, EXIT_TERMINATED
 from trainer.launch import ArgsError, torchrun_argv, torchrun_env
@@ -25,22 +34,43 @@ class Terminated(BaseException):  # not an Exception: nothing in the preflight m
     pass
 
 
-def _terminate(signum: int, _frame) -> None:
-    raise Terminated(signal.Signals(signum).name)
+class _Supervisor:
+    """Turns SIGTERM into Terminated while no torchrun runs, and hands it to torchrun while one does."""
+
+    def __init__(self) -> None:
+        self.torchrun: subprocess.Popen | None = None
+        self.terminated = False
+
+    def on_sigterm(self, signum: int, _frame) -> None:
+        self.terminated = True
+        if self.torchrun is not None and self.torchrun.poll() is None:
+            self.torchrun.send_signal(signum)
+        else:
+            raise Terminated(signal.Signals(signum).name)
+
+    def run(self, argv: list[str], env: Mapping[str, str]) -> int:
+        self.torchrun = subprocess.Popen(argv, env=dict(env))
+        try:
+            return self.torchrun.wait()
+        finally:
+            self.torchrun.wait()  # a SIGTERM handled mid-wait interrupts nothing: torchrun still winds down
+            self.torchrun = None
 
 
 def main(user_args: Sequence[str]) -> int:
+    supervisor = _Supervisor()
     # As a container's PID 1 the process gets no default action for SIGTERM: without a handler, a
     # pod deleted while it waits for the master would sit out its whole grace period.
-    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGTERM, supervisor.on_sigterm)
     try:
-        return _start(user_args)
+        code = _start(user_args, supervisor)
     except Terminated as stopped:
         print(f"[DDP] {stopped} before torchrun started: exiting", file=sys.stderr, flush=True)
         return EXIT_TERMINATED
+    return EXIT_TERMINATED if supervisor.terminated and code != 0 else code
 
 
-def _start(user_args: Sequence[str]) -> int:
+def _start(user_args: Sequence[str], supervisor: _Supervisor) -> int:
     env = dict(os.environ)
     try:
         world = resolve_world(env, socket.gethostname())
@@ -49,18 +79,23 @@ def _start(user_args: Sequence[str]) -> int:
         print(f"[DDP] cannot start: {exc}", file=sys.stderr, flush=True)
         return EXIT_BAD_ENV
     print(world.summary(), flush=True)
-    checked = preflight(world, env, world.master_wait_timeout)
-    for check in checked.checks:
-        print(check.line(), flush=True)
-    if checked.failed:
-        print(f"[PREFLIGHT] not starting torchrun: {', '.join(checked.failed)} failed (see the 'next:' lines above)",
-              file=sys.stderr, flush=True)  # fmt: skip
-        return EXIT_PREFLIGHT_FAILED
-    argv = torchrun_argv(world, user_args, local_addr=checked.local_addr)
-    print(f"[DDP] exec {shlex.join(argv)}", flush=True)
-    # exec, so torchrun is the process Kubernetes signals and its exit status is the container's
-    # (exec gives SIGTERM back its default action, and torchrun installs its own handler)
-    os.execve(argv[0], argv, {**torchrun_env(world, env), **checked.env})
+    rejoins_left = 0 if world.hosts_rendezvous else world.max_restarts
+    while True:
+        checked = preflight(world, env, world.master_wait_timeout)
+        for check in checked.checks:
+            print(check.line(), flush=True)
+        if checked.failed:
+            print(f"[PREFLIGHT] not starting torchrun: {', '.join(checked.failed)} failed (see the 'next:' lines above)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return EXIT_PREFLIGHT_FAILED
+        argv = torchrun_argv(world, user_args, local_addr=checked.local_addr)
+        print(f"[DDP] torchrun {shlex.join(argv)}", flush=True)
+        code = supervisor.run(argv, {**torchrun_env(world, env), **checked.env})
+        if code == 0 or supervisor.terminated or rejoins_left == 0:
+            return code
+        rejoins_left -= 1
+        print(f"[DDP] re-joining: torchrun exited with {code}, the world broke up (pod 0 lost?); waiting for "
+              f"{world.master_addr} to come back ({rejoins_left} re-joins left)", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ import signal
 import time
 
 import pytest
-from trainer_testing import SMOKE_ARGS, clean_env, done_lines, entrypoint_command, free_port, pod_env, same_result, worker_pids
+from trainer_testing import (
+    SMOKE_ARGS, clean_env, done_lines, entrypoint_command, free_port, kill_tree, pod_env, same_result, worker_pids,
+)
 
 from trainer import contract as c
 
@@ -99,6 +101,28 @@ def test_a_killed_worker_resumes_from_the_checkpoint_and_ends_as_an_uninterrupte
     assert_both_ranks_end_with((first, second), expected)
 
 
+@pytest.mark.timeout(360)
+def test_losing_pod_0_and_its_store_re_forms_the_world_around_its_replacement(spawn, tmp_path, reference_result):
+    """Pod 0 hosts the rendezvous store: when it dies, pod 1's torchrun fails, and its entrypoint
+    waits for the replacement pod 0 (the Job's) and joins the new world, which resumes exactly."""
+    expected = reference_result(LONG_ARGS)
+    port = free_port()
+    restarts = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
+    first = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **restarts)
+    second = start_pod(spawn, "ddp-1", port, tmp_path, LONG_ARGS, **restarts)
+    wait_for_file(tmp_path / "run" / "checkpoints" / "ckpt-00000016.json", (first, second), timeout=180)
+    kill_tree(first.pid)  # the container killed: agent, store and workers at once
+    assert first.popen.wait(10) != 0
+
+    second.wait_for(lambda text: "[DDP] re-joining" in text, 60, "pod 1 re-joining after the loss of pod 0")
+    replacement = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **restarts)
+    assert replacement.wait(240) == 0, replacement.text()
+    assert second.wait(60) == 0, second.text()
+    resumed = [line for line in replacement.text().splitlines() if line.startswith("[CKPT] resumed from ckpt-")]
+    assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, replacement.text()[-4000:]
+    assert_both_ranks_end_with((replacement, second), expected)
+
+
 @pytest.mark.timeout(300)
 def test_sigterm_checkpoints_and_exits_then_a_restart_resumes(spawn, tmp_path, reference_result):
     expected = reference_result(LONG_ARGS)
@@ -106,8 +130,9 @@ def test_sigterm_checkpoints_and_exits_then_a_restart_resumes(spawn, tmp_path, r
     pod = start_pod(spawn, "solo-0", port, tmp_path, LONG_ARGS, nnodes=1, nproc=2)
     checkpoints = tmp_path / "run" / "checkpoints"
     wait_for_file(checkpoints / "ckpt-00000016.json", (pod,), timeout=180)
-    os.kill(pod.pid, signal.SIGTERM)  # what the kubelet does to the container's PID 1: torchrun, exec'd
-    assert pod.wait(60) != 0, "a stopped run must not look finished"
+    os.kill(pod.pid, signal.SIGTERM)  # what the kubelet does to the container's PID 1, the entrypoint
+    # 143, which the Job's pod failure policy replaces without counting: a stopped run is not finished
+    assert pod.wait(60) == c.EXIT_TERMINATED
     assert "[STOP] stopped by SIGTERM" in pod.text(), pod.text()[-4000:]
     records = [json.loads(p.read_text()) for p in sorted(checkpoints.glob("ckpt-*.json"))]
     assert records[-1]["reason"] == "sigterm"

@@ -144,11 +144,13 @@ def same_result(line: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in line.items() if k not in ("rank", "seconds", "run")}
 
 
-def worker_pids(agent_pid: int) -> list[int]:
+def worker_pids(pod_pid: int) -> list[int]:
+    """The training processes under a pod's entrypoint (not torchrun, whose command line names them too)."""
     found = []
-    for pid in descendants(agent_pid):
+    for pid in descendants(pod_pid):
         try:
-            if b"trainer.train" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"trainer.train" in cmdline and b"torch.distributed.run" not in cmdline:
                 found.append(pid)
         except OSError:
             continue
