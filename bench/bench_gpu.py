@@ -140,8 +140,7 @@ def _tf32_for(case, default: tuple[bool, bool]) -> None:
 def trainer_case(name, vocab, batch, d, stop, tmp: Path, fused=False, compiled=False):
     """The trainer's `lm` path: Trainer(...) from the lm flags, stepping as Trainer._train_epoch does.
 
-    fused / compiled (--ablate only, not what the trainer does): swap in a fused AdamW (with a new
-    scheduler on it), or torch.compile the Trainer's DDP module, to price those two differences."""
+    fused / compiled (--ablate only, not what the trainer does): swap in a fused AdamW, or torch.compile the Trainer's DDP module, to price those two differences."""
     import torch
 
     from trainer import lm, train
@@ -178,7 +177,6 @@ def trainer_case(name, vocab, batch, d, stop, tmp: Path, fused=False, compiled=F
     if fused:
         trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=trainer.cfg.lr,
                                               weight_decay=trainer.cfg.weight_decay, fused=True)  # fmt: skip
-        trainer.scheduler = torch.optim.lr_scheduler.LambdaLR(trainer.optimizer, trainer._lr_factor)
     if compiled:
         trainer.ddp = torch.compile(trainer.ddp)
 
@@ -193,7 +191,7 @@ def trainer_case(name, vocab, batch, d, stop, tmp: Path, fused=False, compiled=F
     last = {}
 
     def step():
-        loss_sum, units = trainer._step(batches)  # the loop's own step: AMP, scaler, clip, DDP, scheduler
+        loss_sum, units = trainer._step(batches)  # the loop's own step: AMP, scaler, clip, DDP
         loss_sum, units, _ = sum_across(d, [loss_sum, units, float(stop.requested)])  # as _train_epoch does
         last["loss"] = loss_sum / units
 

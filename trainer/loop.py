@@ -7,7 +7,6 @@ Decisions (checkpoint now, stop now) follow from values every rank has, so no ra
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 import time
@@ -18,16 +17,17 @@ from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, Subset
+from torch.utils.data import DataLoader, Subset
 
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointStore
 from trainer.distributed import Dist, gather_to_all, main_decides, sum_across
 from trainer.outputs import RunDir, write_json
+from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest
 from trainer.task import Task, to_device
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: progress in samples, so a world of another size resumes exactly
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,11 @@ class Progress:
     epoch: int = 0  # epochs completed
     step_in_epoch: int = 0  # optimizer steps completed in the current epoch
     global_step: int = 0
+    samples_in_epoch: int = 0  # taken by the whole world this epoch: where a world of any size goes on
+    samples_seen: int = 0  # over all epochs: where the learning-rate schedule stands
+    # The schedule in samples, fixed when the run starts, so that a resized world continues it.
+    warmup_samples: int = 0
+    schedule_samples: int = 0
     epoch_loss_sum: float = 0.0  # summed over all ranks, for the epoch's mean train loss
     epoch_units: float = 0.0
     best_val_loss: float = math.inf
@@ -64,29 +69,13 @@ class Stopped(Exception):
     """SIGTERM reached a rank; every rank has stopped at the same step, after a checkpoint."""
 
 
-class ResumableSampler(DistributedSampler):
-    """DistributedSampler that can start an epoch part-way, at the sample after the last step done."""
-
-    skip = 0
-
-    def set_epoch(self, epoch: int, skip: int = 0) -> None:
-        super().set_epoch(epoch)
-        self.skip = skip
-
-    def __iter__(self):
-        return itertools.islice(super().__iter__(), self.skip, None)
-
-    def __len__(self) -> int:
-        return self.num_samples - self.skip
-
-
 class Trainer:
     def __init__(self, task: Task, d: Dist, cfg: TrainConfig, run: RunDir, stop: StopRequest, run_name: str):
         self.task, self.d, self.cfg, self.run, self.stop, self.run_name = task, d, cfg, run, stop, run_name
         self.model = task.model.to(d.device)
         self.ddp = DistributedDataParallel(self.model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.sampler = ResumableSampler(task.train_set, d.world_size, d.rank, shuffle=True, seed=cfg.seed, drop_last=True)
+        self.sampler = EpochSampler(len(task.train_set), d.world_size, d.rank, cfg.seed, cfg.batch * cfg.grad_accum)
         pin = d.device.type == "cuda"
         # Starting an iterator draws a seed for the loader's workers: from a generator of the loaders' own, not
         # from the global RNG that dropout uses, which a resumed epoch's extra start would shift.
@@ -96,26 +85,32 @@ class Trainer:
         # each rank validates every world_size-th item: no padding, so the mean is over the exact set
         shard = Subset(task.val_set, range(d.rank, len(task.val_set), d.world_size))
         self.val_loader = DataLoader(shard, cfg.batch, num_workers=cfg.workers, pin_memory=pin, generator=loader_rng)
-        self.steps_per_epoch = self.sampler.num_samples // cfg.batch // cfg.grad_accum
-        if self.steps_per_epoch == 0:
+        steps_per_epoch = self.sampler.steps_left()
+        if steps_per_epoch == 0:
             raise ValueError(
-                f"{self.sampler.num_samples} samples per process cannot fill one step of "
+                f"{len(task.train_set)} samples cannot fill one step of {d.world_size} processes x "
                 f"{cfg.batch} x {cfg.grad_accum}: lower --batch or --grad-accum"
             )
-        self.total_steps = self.steps_per_epoch * cfg.epochs
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.amp_dtype = _amp_dtype(d.device) if cfg.amp else None
         self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
         self.store = CheckpointStore(run.checkpoints, cfg.keep_checkpoints)
-        self.progress = Progress()
+        world_step = self.sampler.world_step
+        self.progress = Progress(warmup_samples=cfg.warmup_steps * world_step,
+                                 schedule_samples=cfg.epochs * steps_per_epoch * world_step)  # fmt: skip
         self.last_saved_step = -1
 
-    def _lr_factor(self, step: int) -> float:
-        if step < self.cfg.warmup_steps:
-            return (step + 1) / self.cfg.warmup_steps
-        done = (step - self.cfg.warmup_steps) / max(1, self.total_steps - self.cfg.warmup_steps)
+    def _lr_factor(self) -> float:
+        """Linear warmup, then cosine down to min_lr_ratio, over the samples the run has seen."""
+        p = self.progress
+        if p.samples_seen < p.warmup_samples:
+            return (p.samples_seen + self.sampler.world_step) / p.warmup_samples
+        done = (p.samples_seen - p.warmup_samples) / max(1, p.schedule_samples - p.warmup_samples)
         floor = self.cfg.min_lr_ratio
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
+
+    def _steps_in_epoch(self) -> int:
+        """This epoch's steps: those done (by this or an earlier world) and those this world has left."""
+        return self.progress.step_in_epoch + (len(self.task.train_set) - self.progress.samples_in_epoch) // self.sampler.world_step
 
     # --- resume and checkpoints ------------------------------------------------------------
     def resume(self) -> None:
@@ -132,11 +127,11 @@ class Trainer:
             raise ValueError(f"{chosen} has checkpoint format {state.get('format')}, this trainer reads {CHECKPOINT_FORMAT}")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.progress = Progress(**state["progress"])
         self.last_saved_step = self.progress.global_step
-        if state["world_size"] == self.d.world_size:
+        resized = state["world_size"] != self.d.world_size
+        if not resized:
             _set_rng_state(state["rng"][self.d.rank])
         else:  # a resized world cannot replay the old ranks' streams; derive fresh ones
             _seed_all(self.cfg.seed + 1000 * self.progress.global_step + self.d.rank)
@@ -144,8 +139,10 @@ class Trainer:
             self.run.forget_metrics_from(self.progress.epoch + 1)
         p = self.progress
         where = (f"all {p.epoch} epochs done" if p.epoch >= self.cfg.epochs
-                 else f"epoch {p.epoch + 1} step {p.step_in_epoch}/{self.steps_per_epoch}")  # fmt: skip
-        self.log(f"[CKPT] resumed from {Path(chosen).name}: {where}, global step {p.global_step}")
+                 else f"epoch {p.epoch + 1} step {p.step_in_epoch}/{self._steps_in_epoch()} "
+                      f"sample {p.samples_in_epoch}/{len(self.task.train_set)}")  # fmt: skip
+        world = f", world of {self.d.world_size} (was {state['world_size']})" if resized else ""
+        self.log(f"[CKPT] resumed from {Path(chosen).name}: {where}, global step {p.global_step}{world}")
 
     def save_checkpoint(self, reason: str) -> None:
         """Called by every rank (the RNG states are gathered); rank 0 writes."""
@@ -158,13 +155,14 @@ class Trainer:
                 "format": CHECKPOINT_FORMAT,
                 "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
                 "scaler": self.scaler.state_dict(),
                 "progress": asdict(self.progress),
                 "rng": rng_states,
                 "world_size": self.d.world_size,
             }
-            record = {"epoch": self.progress.epoch, "step_in_epoch": self.progress.step_in_epoch, "reason": reason}
+            p = self.progress
+            record = {"epoch": p.epoch, "step_in_epoch": p.step_in_epoch, "samples_in_epoch": p.samples_in_epoch,
+                      "world_size": self.d.world_size, "reason": reason}  # fmt: skip
             path = self.store.save(self.progress.global_step, payload, record)
             self.log(f"[CKPT] saved {path.name} ({reason}) in {time.perf_counter() - started:.4f}s")
         self.last_saved_step = self.progress.global_step
@@ -192,26 +190,32 @@ class Trainer:
 
     def _train_epoch(self) -> None:
         p, cfg = self.progress, self.cfg
-        self.sampler.set_epoch(p.epoch, skip=p.step_in_epoch * cfg.grad_accum * cfg.batch)
+        self.sampler.set_epoch(p.epoch, start=p.samples_in_epoch)
+        steps_in_epoch = self._steps_in_epoch()
         batches = iter(self.loader)
         tick = time.perf_counter()
-        while p.step_in_epoch < self.steps_per_epoch:
+        while p.step_in_epoch < steps_in_epoch:
+            lr = cfg.lr * self._lr_factor()
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
             loss_sum, units = self._step(batches)
             loss_sum, units, stop = sum_across(self.d, [loss_sum, units, float(self.stop.requested)])
             p.step_in_epoch += 1
             p.global_step += 1
+            p.samples_in_epoch += self.sampler.world_step
+            p.samples_seen += self.sampler.world_step
             p.epoch_loss_sum += loss_sum
             p.epoch_units += units
             now = time.perf_counter()
-            if p.step_in_epoch % cfg.log_every == 0 or p.step_in_epoch == self.steps_per_epoch:
+            if p.step_in_epoch % cfg.log_every == 0 or p.step_in_epoch == steps_in_epoch:
                 rate = units / (now - tick)
-                self.log(f"[TRAIN] epoch={p.epoch + 1}/{cfg.epochs} step={p.step_in_epoch}/{self.steps_per_epoch} "
-                         f"global_step={p.global_step} loss={loss_sum / units:.4f} lr={self.scheduler.get_last_lr()[0]:.3e} "
+                self.log(f"[TRAIN] epoch={p.epoch + 1}/{cfg.epochs} step={p.step_in_epoch}/{steps_in_epoch} "
+                         f"global_step={p.global_step} samples={p.samples_seen} loss={loss_sum / units:.4f} lr={lr:.6e} "
                          f"{self.task.unit}/s={rate:.0f} per_process={rate / self.d.world_size:.0f}")  # fmt: skip
             if stop:
                 self.save_checkpoint("sigterm")
                 raise Stopped(f"stopped by SIGTERM at epoch {p.epoch + 1} step {p.step_in_epoch}, global step {p.global_step}")
-            if cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0 and p.step_in_epoch < self.steps_per_epoch:
+            if cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0 and p.step_in_epoch < steps_in_epoch:
                 self.save_checkpoint("periodic")  # the epoch's last step is saved by the epoch end
             tick = time.perf_counter()
 
@@ -233,7 +237,6 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
         return loss_sum, units
 
     def _end_epoch(self, seconds: float, units: float) -> dict[str, Any]:
@@ -244,7 +247,7 @@ class Trainer:
         improved = val_loss < p.best_val_loss
         if improved:
             p.best_val_loss, p.best_epoch = val_loss, epoch
-        record = {"epoch": epoch, "global_step": p.global_step, "train_loss": train_loss, "val_loss": val_loss,
+        record = {"epoch": epoch, "global_step": p.global_step, "samples": p.samples_in_epoch, "train_loss": train_loss, "val_loss": val_loss,
                   "val_ppl": _perplexity(val_loss), f"{self.task.unit}_per_s": round(units / seconds, 1),
                   "seconds": round(seconds, 3), "best_epoch": p.best_epoch}  # fmt: skip
         if self.d.is_main:
@@ -257,7 +260,7 @@ class Trainer:
         self.log(f"[EPOCH] {epoch}/{self.cfg.epochs} train_loss={train_loss:.4f} val_loss={val_loss!r} "
                  f"val_ppl={_perplexity(val_loss):.4f} {self.task.unit}/s={units / seconds:.0f} "
                  f"best=epoch-{p.best_epoch}")  # fmt: skip
-        p.epoch, p.step_in_epoch, p.epoch_loss_sum, p.epoch_units = epoch, 0, 0.0, 0.0
+        p.epoch, p.step_in_epoch, p.samples_in_epoch, p.epoch_loss_sum, p.epoch_units = epoch, 0, 0, 0.0, 0.0
         p.last_train_loss = train_loss
         self.save_checkpoint("epoch end")
         return {"epochs": epoch, "train_loss": train_loss, "val_loss": val_loss, "val_ppl": _perplexity(val_loss),

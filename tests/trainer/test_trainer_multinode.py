@@ -7,6 +7,7 @@ name. The results are compared with an uninterrupted world of the same size and 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import time
@@ -142,3 +143,38 @@ def test_sigterm_checkpoints_and_exits_then_a_restart_resumes(spawn, tmp_path, r
     assert again.wait(240) == 0, again.text()
     assert f"[CKPT] resumed from ckpt-{stopped_at:08d}.pt" in again.text()
     assert [same_result(line) for line in done_lines(again.text())] == [expected, expected]
+
+
+@pytest.mark.timeout(360)
+def test_a_world_resized_from_2_to_3_goes_on_at_the_exact_sample_and_learning_rate(spawn, tmp_path):
+    """The resize journey in processes: stopped at a checkpoint in a world of 2, resumed in a world of 3."""
+    samples, per_step_2, per_step_3 = 16384, 2 * 256, 3 * 256  # LONG_ARGS: --samples 16384 --batch 256
+    pod = start_pod(spawn, "solo-0", free_port(), tmp_path, LONG_ARGS, nnodes=1, nproc=2)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    wait_for_file(checkpoints / "ckpt-00000016.json", (pod,), timeout=180)
+    os.kill(pod.pid, signal.SIGTERM)
+    assert pod.wait(60) == c.EXIT_TERMINATED
+    stopped = json.loads(sorted(checkpoints.glob("ckpt-*.json"))[-1].read_text())
+    assert stopped["reason"] == "sigterm" and stopped["world_size"] == 2
+    assert stopped["samples_in_epoch"] == stopped["step_in_epoch"] * per_step_2
+
+    bigger = start_pod(spawn, "solo-0", free_port(), tmp_path, LONG_ARGS, nnodes=1, nproc=3)
+    assert bigger.wait(240) == 0, bigger.text()
+    log = bigger.text()
+    assert f"sample {stopped['samples_in_epoch']}/{samples}, global step {stopped['step']}, world of 3 (was 2)" in log, log[-3000:]
+
+    # Epoch 1 is the samples the world of 2 took, then whole steps of the world of 3 up to the end.
+    first_epoch = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    taken_after = first_epoch["samples"] - stopped["samples_in_epoch"]
+    assert taken_after > 0 and taken_after % per_step_3 == 0
+    assert 0 <= samples - first_epoch["samples"] < per_step_3
+
+    # The learning rate goes on along the schedule fixed at the start (cosine over 2 epochs of the
+    # world of 2, to 0.1 of 1e-3), read at the samples seen before each step.
+    schedule = 2 * (samples // per_step_2) * per_step_2
+    for line in log.splitlines():
+        if line.startswith("[TRAIN]"):
+            fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+            seen_before = int(fields["samples"]) - per_step_3
+            expected = 1e-3 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, seen_before / schedule))))
+            assert float(fields["lr"]) == pytest.approx(expected, rel=1e-6), line
