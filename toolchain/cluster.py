@@ -62,7 +62,8 @@ SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 API_PORT = 6443
 LOCAL_STORAGE_CLASS = "local"
-PERSISTENT_VOLUMES = 12
+# Released volumes are not reused (Retain, as a cloud disk would be kept): one per claim a test suite makes.
+PERSISTENT_VOLUMES = 32
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns")
 
 

@@ -55,9 +55,10 @@ class Progress:
     global_step: int = 0
     samples_in_epoch: int = 0  # taken by the whole world this epoch: where a world of any size goes on
     samples_seen: int = 0  # over all epochs: where the learning-rate schedule stands
-    # The schedule in samples, fixed when the run starts, so that a resized world continues it.
+    # The schedule in samples, fixed when the run starts, so that a resized world continues it;
+    # its length follows --epochs (a run given more epochs stretches it).
     warmup_samples: int = 0
-    schedule_samples: int = 0
+    epoch_samples: int = 0  # what an epoch trains: whole steps of the world that started the run
     epoch_loss_sum: float = 0.0  # summed over all ranks, for the epoch's mean train loss
     epoch_units: float = 0.0
     best_val_loss: float = math.inf
@@ -95,8 +96,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
         self.store = CheckpointStore(run.checkpoints, cfg.keep_checkpoints)
         world_step = self.sampler.world_step
-        self.progress = Progress(warmup_samples=cfg.warmup_steps * world_step,
-                                 schedule_samples=cfg.epochs * steps_per_epoch * world_step)  # fmt: skip
+        self.progress = Progress(warmup_samples=cfg.warmup_steps * world_step, epoch_samples=steps_per_epoch * world_step)
         self.last_saved_step = -1
 
     def _lr_factor(self) -> float:
@@ -104,7 +104,7 @@ class Trainer:
         p = self.progress
         if p.samples_seen < p.warmup_samples:
             return (p.samples_seen + self.sampler.world_step) / p.warmup_samples
-        done = (p.samples_seen - p.warmup_samples) / max(1, p.schedule_samples - p.warmup_samples)
+        done = (p.samples_seen - p.warmup_samples) / max(1, self.cfg.epochs * p.epoch_samples - p.warmup_samples)
         floor = self.cfg.min_lr_ratio
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
 

@@ -1,8 +1,9 @@
 """Deploying the program's objects to the local cluster and watching what the cluster does.
 
 The objects are the program's own, evaluated under mocks from the committed stack file (see
-infra_harness), and applied with kubectl in the order the provider creates them: the namespace,
-then what the workload depends on, then the workload.
+infra_harness), and applied with kubectl the way pulumi-kubernetes applies them (see DevStack):
+in the order it creates them (the namespace, then what the workload depends on, then the
+workload), with its create, update, replace and delete for each.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from infra_harness import evaluate, stack_config_with, stack_file_config
+from infra_harness import Registered, evaluate, stack_config_with, stack_file_config
+from trainer import contract
 from toolchain.cluster import LocalCluster
 
 WORKLOAD_KINDS = ("StatefulSet", "Job")
@@ -24,7 +26,7 @@ NAMESPACE = DEV["namespace"]["name"]
 RUN = DEV["run"]["name"]
 WORKLOAD = "trainer"
 SERVICE = f"{WORKLOAD}-rdzv"
-POD_NAMES = [f"{WORKLOAD}-{i}" for i in range(int(DEV["nodes"]))]
+NODES = int(DEV["nodes"])
 MASTER = f"{WORKLOAD}-0.{SERVICE}"
 TEST_DOMAIN = "ddp-infra.test"  # the test cluster's domain
 # The smoke task made long enough to look inside its pods while it trains.
@@ -32,22 +34,74 @@ LONG_RUN = ["-m", "trainer.train", "smoke", "--epochs", "500", "--batch", "256",
             "--features", "128", "--classes", "4", "--lr", "3e-3", "--seed", "42", "--checkpoint-every", "0"]  # fmt: skip
 
 
-def stack_objects(stack: str = "dev", **overrides: Any) -> list[dict[str, Any]]:
-    """The Kubernetes objects of a committed stack, with config overrides (see stack_config_with)."""
-    evaluation = evaluate(stack_config_with(stack, **overrides), stack=stack)
-    assert evaluation.error is None, str(evaluation.error)
-    return evaluation.kubernetes_manifests
+def _key(resource: Registered) -> tuple[str, str, str]:
+    metadata = resource.manifest["metadata"]
+    return resource.manifest["kind"], metadata.get("namespace", ""), metadata["name"]
 
 
-def deploy(cluster: LocalCluster, documents: list[dict[str, Any]]) -> None:
-    def apply(selected: list[dict[str, Any]]) -> None:
-        if selected:
-            # JSON, as the provider sends it (YAML would turn strings such as 3e-3 into numbers).
-            cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": selected}))
+def _creation_order(resources: list[Registered]) -> list[Registered]:
+    rank = {"Namespace": 0, **{kind: 2 for kind in WORKLOAD_KINDS}}
+    return sorted(resources, key=lambda r: rank.get(r.manifest["kind"], 1))
 
-    apply([d for d in documents if d["kind"] == "Namespace"])
-    apply([d for d in documents if d["kind"] not in ("Namespace", *WORKLOAD_KINDS)])
-    apply([d for d in documents if d["kind"] in WORKLOAD_KINDS])
+
+class DevStack:
+    """The dev stack's objects applied the way pulumi-kubernetes does, for a cluster test without an engine.
+
+    - create: `kubectl create` (an object already there is AlreadyExists), except through the
+      provider that adopts retained objects (`upsertExistingObjects`): server-side apply;
+    - update: server-side apply, as the provider's default;
+    - replace (a field of `replaceOnChanges` changed, `deleteBeforeReplace`): a foreground delete,
+      waited for as the provider waits without skipAwait, then a create;
+    - destroy: deletes in reverse creation order, each waited for, leaving the retained objects.
+    Objects are sent as JSON, as the provider sends them (YAML would make numbers of strings like 3e-3).
+    """
+
+    def __init__(self, cluster: LocalCluster):
+        self.cluster = cluster
+        self.deployed: dict[tuple[str, str, str], Registered] = {}
+        self.outputs: dict[str, Any] = {}
+
+    def up(self, **overrides: Any) -> list[dict[str, Any]]:
+        evaluation = evaluate(stack_config_with("dev", **overrides))
+        assert evaluation.error is None, str(evaluation.error)
+        self.outputs = evaluation.outputs
+        wanted = _creation_order([r for r in evaluation.registered if r.custom and r.type.startswith("kubernetes:")])
+        for key in [key for key in self.deployed if key not in {_key(r) for r in wanted}][::-1]:
+            self._delete(self.deployed.pop(key))
+        for resource in wanted:
+            old = self.deployed.get(_key(resource))
+            if old is None:
+                self._create(resource)
+            elif old.manifest != resource.manifest:
+                if any(old.manifest.get(field) != resource.manifest.get(field) for field in resource.replace_on_changes):
+                    assert resource.delete_before_replace, f"{_key(resource)} would be created beside its old self"
+                    self._delete(old)
+                    self._create(resource)
+                else:
+                    self._send("apply", "--server-side", "--field-manager=pulumi-kubernetes", resource=resource)
+            self.deployed[_key(resource)] = resource
+        return [r.manifest for r in wanted]
+
+    def destroy(self) -> None:
+        for resource in _creation_order(list(self.deployed.values()))[::-1]:
+            if not resource.retain_on_delete:
+                self._delete(resource)
+        self.deployed.clear()
+
+    def _create(self, resource: Registered) -> None:
+        if resource.retain_on_delete:  # the retained objects' provider upserts
+            self._send("apply", "--server-side", "--field-manager=pulumi-kubernetes", resource=resource)
+        else:
+            self._send("create", resource=resource)
+
+    def _send(self, *verb: str, resource: Registered) -> None:
+        self.cluster.kubectl(*verb, "-f", "-", input=json.dumps(resource.manifest))
+
+    def _delete(self, resource: Registered, timeout: float = 300) -> None:
+        kind, namespace, name = _key(resource)
+        where = ["-n", namespace] if namespace else []
+        self.cluster.kubectl("delete", kind.lower(), name, *where, "--cascade=foreground", "--wait=true",
+                             f"--timeout={int(timeout)}s", timeout=timeout + 30)  # fmt: skip
 
 
 def delete_namespace(cluster: LocalCluster, namespace: str, timeout: float = 240) -> None:
@@ -85,10 +139,32 @@ def running(pod: dict[str, Any]) -> bool:
     return pod["status"].get("phase") == "Running" and all("running" in s.get("state", {}) for s in statuses)
 
 
-def world_running(cluster: LocalCluster) -> bool:
-    """Every pod of the dev world exists and runs its trainer."""
-    found = pods(cluster, NAMESPACE)
-    return set(found) >= set(POD_NAMES) and all(running(found[name]) for name in POD_NAMES)
+def world_pods(cluster: LocalCluster, namespace: str = NAMESPACE) -> dict[int, dict[str, Any]]:
+    """The world's pods by pod index (Job pods carry a random suffix), leaving out those being
+    deleted or failed, which the Job replaces."""
+    found: dict[int, dict[str, Any]] = {}
+    for pod in sorted(pods(cluster, namespace).values(), key=lambda p: p["metadata"]["creationTimestamp"]):
+        index = pod["metadata"].get("annotations", {}).get(contract.JOB_COMPLETION_INDEX_ANNOTATION)
+        if index is not None and "deletionTimestamp" not in pod["metadata"] and pod["status"].get("phase") != "Failed":
+            found[int(index)] = pod
+    return found
+
+
+def evict(cluster: LocalCluster, pod: str, namespace: str = NAMESPACE) -> subprocess.CompletedProcess:
+    """POSTs an Eviction for the pod, as `kubectl drain` does; returns kubectl's result."""
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
+    return cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction", "-f", "-",
+                           input=json.dumps(eviction), check=False)  # fmt: skip
+
+
+def pod_name(cluster: LocalCluster, index: int) -> str:
+    return world_pods(cluster)[index]["metadata"]["name"]
+
+
+def world_running(cluster: LocalCluster, nodes: int = NODES) -> bool:
+    """One pod per index of a world of `nodes` exists and runs its trainer."""
+    found = world_pods(cluster)
+    return sorted(found) == list(range(nodes)) and all(running(pod) for pod in found.values())
 
 
 def logs(cluster: LocalCluster, namespace: str, pod: str, previous: bool = False) -> str:

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from cluster_testing import DEV, NAMESPACE, TEST_DOMAIN, delete_namespace, deploy, stack_objects
+from cluster_testing import DEV, NAMESPACE, TEST_DOMAIN, DevStack, delete_namespace
 from toolchain.cluster import LocalCluster
 
 
@@ -40,16 +40,12 @@ def dev_image(cluster):
 
 
 @pytest.fixture
-def dev_world(cluster, dev_image):
-    """Deploys the dev stack's objects (overrides from the test, if any) and removes them after."""
-    deployed = []
-
-    def up(**overrides):
-        documents = stack_objects("dev", **overrides)
-        deploy(cluster, documents)
-        deployed.append(NAMESPACE)
-        return documents
-
-    yield up
-    for namespace in deployed:
-        delete_namespace(cluster, namespace)
+def dev_stack(cluster, dev_image):
+    """The dev stack, brought up and changed by the test (DevStack.up with overrides); removed after,
+    its retained claims and namespace included."""
+    stack = DevStack(cluster)
+    yield stack
+    try:
+        stack.destroy()
+    finally:
+        delete_namespace(cluster, NAMESPACE)

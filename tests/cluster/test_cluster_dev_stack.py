@@ -1,32 +1,42 @@
 """The dev stack's own objects on a real single-node cluster, running the image built from
-trainer/Dockerfile: pods, DNS, the container's security context and mounts, a two-pod world that
-trains to completion through pod 0's DNS name, and a pod deletion answered with a checkpoint."""
+trainer/Dockerfile: a two-pod world that trains to completion through pod 0's DNS name and then
+stays finished; pods, DNS, the container's security context and mounts; and a pod deletion
+answered with a checkpoint."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from cluster_testing import (
-    LONG_RUN, MASTER, NAMESPACE, POD_NAMES, RUN, SERVICE, LogStream, all_logs, claim_path, exec_python, get, pods,
-    running, wait_for, world_running,
+    LONG_RUN, MASTER, NAMESPACE, NODES, RUN, SERVICE, WORKLOAD, LogStream, all_logs, claim_path, exec_python, get,
+    pod_name, pods, running, wait_for, world_pods, world_running,
 )  # fmt: skip
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(1200)
 
 
-def test_the_dev_world_trains_to_completion(cluster, dev_world):
-    dev_world()
-    done = {}
+def job_condition(cluster) -> str | None:
+    """Complete or Failed once the Job has ended, else None."""
+    conditions = get(cluster, "job", WORKLOAD, NAMESPACE).get("status", {}).get("conditions") or []
+    return next((c["type"] for c in conditions if c["type"] in ("Complete", "Failed") and c["status"] == "True"), None)
 
-    def finished():
-        for pod in POD_NAMES:
-            done[pod] = [line for line in all_logs(cluster, NAMESPACE, pod).splitlines() if line.startswith("[DONE]")]
-        return all(done.values())
 
-    wait_for(finished, 600, "a [DONE] line from both pods", interval=3)
+def done_lines(cluster, pod: str) -> list[str]:
+    return [line for line in all_logs(cluster, NAMESPACE, pod).splitlines() if line.startswith("[DONE]")]
+
+
+def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack):
+    dev_stack.up()
+    started = time.monotonic()
+    assert wait_for(lambda: job_condition(cluster), 600, "the Job to end", interval=3) == "Complete"
+    finished_after = time.monotonic() - started
+    names = {index: pod["metadata"]["name"] for index, pod in world_pods(cluster).items()}
+    assert sorted(names) == list(range(NODES))
+    done = {index: done_lines(cluster, name) for index, name in names.items()}
 
     # Both ranks report the same final weights: one world of two trained together.
     sums = {line.split("params_sum=")[1].split()[0] for lines in done.values() for line in lines}
@@ -35,11 +45,11 @@ def test_the_dev_world_trains_to_completion(cluster, dev_world):
     assert ranks == {"rank=0", "rank=1"}, done
     # Global rank 0 (the one that logs, checkpoints and writes outputs) runs in pod 0, which the
     # stack's kubectlFollowRank0 command follows.
-    assert "[DONE] rank=0 " in "\n".join(done[POD_NAMES[0]]), done
-    assert "[DDP] process global_rank=0 local_rank=0 pod_index=0 " in all_logs(cluster, NAMESPACE, POD_NAMES[0])
+    assert "[DONE] rank=0 " in "\n".join(done[0]), done
+    assert "[DDP] process global_rank=0 local_rank=0 pod_index=0 " in all_logs(cluster, NAMESPACE, names[0])
     # Every pod met the others at pod 0's DNS name, on a cluster whose domain is not cluster.local.
-    for pod in POD_NAMES:
-        log = all_logs(cluster, NAMESPACE, pod)
+    for name in names.values():
+        log = all_logs(cluster, NAMESPACE, name)
         assert f"master={MASTER}:" in log or f"master={MASTER} " in log, log[-2000:]
 
     # The outputs claim holds the run: its epochs, best, metrics and checkpoints.
@@ -51,29 +61,75 @@ def test_the_dev_world_trains_to_completion(cluster, dev_world):
     assert all(m["val_loss"] > 0 and m["val_ppl"] > 1 for m in metrics), metrics
     assert sorted((run_dir / "checkpoints").glob("ckpt-*.json")), "no checkpoint was committed"
 
+    # The stack's kubectlRunStatus command says so.
+    status = dev_stack.outputs["kubectlRunStatus"].split()
+    assert status[:1] == ["kubectl"]
+    assert "Complete" in cluster.kubectl(*status[1:]).stdout
 
-def _not_ready_pod(image: str, labels: dict[str, str]) -> dict:
-    """A pod the rendezvous Service selects, that never becomes Ready; restricted like the trainer's."""
+    # The pods ended and hold nothing: a pod asking for the node's whole CPU is scheduled.
+    finished = pods(cluster, NAMESPACE)
+    assert {pod["status"]["phase"] for pod in finished.values()} == {"Succeeded"}, finished.keys()
+    greedy = _pause_pod("cpu-taker", cluster.images["pause"], {"app": "cpu-taker"}, cpu=_node_cpu(cluster))
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(greedy))
+    wait_for(lambda: running(get(cluster, "pod", "cpu-taker", NAMESPACE)), 120, "a pod using the freed CPU to run")
+    cluster.kubectl("delete", "pod", "cpu-taker", "-n", NAMESPACE, "--wait=true")
+
+    # Nothing trains again: no pod is added or restarted in as long again as the run took (30 s at least).
+    time.sleep(max(30.0, min(finished_after, 120.0)))
+    later = pods(cluster, NAMESPACE)
+    assert later.keys() == finished.keys()
+    assert all(s.get("restartCount", 0) == 0 for p in later.values() for s in p["status"].get("containerStatuses", []))
+    # An up with nothing changed changes nothing.
+    job_uid = get(cluster, "job", WORKLOAD, NAMESPACE)["metadata"]["uid"]
+    dev_stack.up()
+    assert get(cluster, "job", WORKLOAD, NAMESPACE)["metadata"]["uid"] == job_uid
+    assert pods(cluster, NAMESPACE).keys() == finished.keys()
+
+    # A change to the run (one more epoch) replaces the Job, and the new one goes on from the checkpoint.
+    longer = list(contract.DEFAULT_TRAIN_ARGS) + ["--epochs", "3"]
+    dev_stack.up(run__args=longer)
+    assert get(cluster, "job", WORKLOAD, NAMESPACE)["metadata"]["uid"] != job_uid
+    assert wait_for(lambda: job_condition(cluster), 600, "the longer run's Job to end", interval=3) == "Complete"
+    resumed = all_logs(cluster, NAMESPACE, pod_name(cluster, 0))
+    assert "[CKPT] resumed from" in resumed and "[EPOCH] 3/3" in resumed, resumed[-3000:]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2, 3]
+
+
+def _node_cpu(cluster) -> str:
+    node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
+    return node["status"]["allocatable"]["cpu"]
+
+
+def _pause_pod(name: str, image: str, labels: dict[str, str], cpu: str | None = None) -> dict:
+    """A pause pod, restricted like the trainer's; with `cpu`, it requests that much."""
+    resources = {"limits": {"memory": "16Mi"}, **({"requests": {"cpu": cpu}} if cpu else {})}
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "dns-probe", "namespace": NAMESPACE, "labels": labels},
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
         "spec": {
-            "hostname": "dns-probe", "subdomain": SERVICE,
-            "readinessGates": [{"conditionType": "ddp-infra.test/never"}],
+            "hostname": name, "subdomain": SERVICE,
             "automountServiceAccountToken": False,
             "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{"name": "pause", "image": image, "imagePullPolicy": "IfNotPresent",
-                            # no CPU request: the world's two pods hold both of the node's CPUs
-                            "resources": {"limits": {"memory": "16Mi"}},
+            "containers": [{"name": "pause", "image": image, "imagePullPolicy": "IfNotPresent", "resources": resources,
                             "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
         },
     }  # fmt: skip
 
 
-def test_the_pods_on_a_real_node(cluster, dev_world, tmp_path):
+def _not_ready_pod(image: str, labels: dict[str, str]) -> dict:
+    """A pod the rendezvous Service selects, that never becomes Ready (a readiness gate nobody sets)."""
+    pod = _pause_pod("dns-probe", image, labels)  # no CPU request: the world's two pods hold the node's CPUs
+    pod["spec"]["readinessGates"] = [{"conditionType": "ddp-infra.test/never"}]
+    return pod
+
+
+def test_the_pods_on_a_real_node(cluster, dev_stack, tmp_path):
     """A world that keeps training while the test looks inside its pods, then loses a pod."""
-    documents = dev_world(run__args=LONG_RUN)
+    documents = dev_stack.up(run__args=LONG_RUN)
     wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
+    names = {index: pod["metadata"]["name"] for index, pod in world_pods(cluster).items()}
+    hostnames = [f"{WORKLOAD}-{index}" for index in range(NODES)]  # a Job's pod: <job>-<index>
 
     # DNS: every pod's name under the headless Service resolves from inside a pod, the short
     # form through the pod's search path too.
@@ -81,14 +137,14 @@ def test_the_pods_on_a_real_node(cluster, dev_world, tmp_path):
         "import socket, sys; "
         "print(' '.join(socket.gethostbyname(h) for h in sys.argv[1:]))"
     )
-    names = [f"{pod}.{SERVICE}.{NAMESPACE}.svc.{cluster.domain}" for pod in POD_NAMES] + [MASTER]
-    code = lookup.replace("sys.argv[1:]", repr(names))
-    addresses = exec_python(cluster, NAMESPACE, POD_NAMES[1], code).split()
+    dns_names = [f"{host}.{SERVICE}.{NAMESPACE}.svc.{cluster.domain}" for host in hostnames] + [MASTER]
+    code = lookup.replace("sys.argv[1:]", repr(dns_names))
+    addresses = exec_python(cluster, NAMESPACE, names[1], code).split()
     pod_ips = {name: pod["status"]["podIP"] for name, pod in pods(cluster, NAMESPACE).items()}
-    assert addresses == [pod_ips[p] for p in POD_NAMES] + [pod_ips[POD_NAMES[0]]]
+    assert addresses == [pod_ips[names[i]] for i in range(NODES)] + [pod_ips[names[0]]]
     # ...while the name written out for the usual domain, which MASTER_ADDR once was, does not.
-    fixed = f"{POD_NAMES[0]}.{SERVICE}.{NAMESPACE}.svc.cluster.local"
-    failed = exec_python(cluster, NAMESPACE, POD_NAMES[1], f"""
+    fixed = f"{hostnames[0]}.{SERVICE}.{NAMESPACE}.svc.cluster.local"
+    failed = exec_python(cluster, NAMESPACE, names[1], f"""
 import socket
 try:
     print(socket.gethostbyname({fixed!r}))
@@ -99,18 +155,18 @@ except socket.gaierror as error:
 
     # publishNotReadyAddresses: a pod of the world that is not Ready (a readiness gate nobody
     # sets) has its DNS name all the same, which is what lets a world form before any pod is Ready.
-    selector = next(d for d in documents if d["kind"] == "StatefulSet")["spec"]["selector"]["matchLabels"]
+    selector = next(d for d in documents if d["kind"] == "Service")["spec"]["selector"]
     cluster.kubectl("apply", "-f", "-", input=json.dumps(_not_ready_pod(cluster.images["pause"], selector)))
     wait_for(lambda: running(get(cluster, "pod", "dns-probe", NAMESPACE)), 120, "the not-ready probe pod to run")
     probe = get(cluster, "pod", "dns-probe", NAMESPACE)
     assert next(c for c in probe["status"]["conditions"] if c["type"] == "Ready")["status"] == "False"
     probe_name = f"dns-probe.{SERVICE}.{NAMESPACE}.svc.{cluster.domain}"
-    resolved = exec_python(cluster, NAMESPACE, POD_NAMES[1], f"import socket; print(socket.gethostbyname({probe_name!r}))")
+    resolved = exec_python(cluster, NAMESPACE, names[1], f"import socket; print(socket.gethostbyname({probe_name!r}))")
     assert resolved.strip() == probe["status"]["podIP"]
     cluster.kubectl("delete", "pod", "dns-probe", "-n", NAMESPACE, "--wait=true")
 
     # The container: uid/gid 1000, read-only root, /dev/shm of the configured size, /data and /out writable.
-    report = json.loads(exec_python(cluster, NAMESPACE, POD_NAMES[0], """
+    report = json.loads(exec_python(cluster, NAMESPACE, names[0], """
 import json, os
 def writable(path):
     try:
@@ -132,12 +188,10 @@ print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'shm': shm.f_blocks * 
 
     # kubectl delete pod: SIGTERM reaches the trainer, which checkpoints before the pod is gone.
     checkpoints = claim_path(cluster, NAMESPACE, "outputs-pvc") / RUN / "checkpoints"
-    wait_for(lambda: "[TRAIN]" in all_logs(cluster, NAMESPACE, POD_NAMES[0]) + all_logs(cluster, NAMESPACE, POD_NAMES[1]),
-             300, "training to start", interval=2)
+    wait_for(lambda: "[TRAIN]" in all_logs(cluster, NAMESPACE, names[0]), 300, "training to start", interval=2)
     before = {p.name for p in checkpoints.glob("ckpt-*.json")}
-    streams = {pod: LogStream(cluster, NAMESPACE, pod, tmp_path / f"{pod}.log") for pod in POD_NAMES}
-    old_uid = get(cluster, "pod", POD_NAMES[1], NAMESPACE)["metadata"]["uid"]
-    cluster.kubectl("delete", "pod", POD_NAMES[1], "-n", NAMESPACE, "--wait=true", "--timeout=180s", timeout=210)
+    streams = {pod: LogStream(cluster, NAMESPACE, pod, tmp_path / f"{pod}.log") for pod in names.values()}
+    cluster.kubectl("delete", "pod", names[1], "-n", NAMESPACE, "--wait=true", "--timeout=180s", timeout=210)
     new = {p.name for p in checkpoints.glob("ckpt-*.json")} - before
     records = [json.loads((checkpoints / name).read_text()) for name in sorted(new)]
     assert any(r["reason"] == "sigterm" for r in records), (records, {p: s.text(1)[-1500:] for p, s in streams.items()})
@@ -145,6 +199,6 @@ print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'shm': shm.f_blocks * 
     combined = "\n".join(texts.values())
     # The trainer stopped itself after the checkpoint, before the kubelet's SIGKILL at the grace period's end.
     assert "(sigterm)" in combined and "[STOP]" in combined, combined[-3000:]
-    # The StatefulSet brings the pod back under the same name, a new pod.
-    wait_for(lambda: get(cluster, "pod", POD_NAMES[1], NAMESPACE)["metadata"]["uid"] != old_uid, 120,
-             "the deleted pod to be re-created")
+    # The Job brings index 1 back as a new pod.
+    wait_for(lambda: world_pods(cluster).get(1, {}).get("metadata", {}).get("name") not in (None, names[1]), 120,
+             "the deleted pod to be replaced")

@@ -1,23 +1,14 @@
-"""The dev stack's PodDisruptionBudget under the real Eviction API: a healthy training pod is
-never evicted (a lost pod restarts the whole world), a crash-looping one always is (or it would
-block every node drain and node-pool upgrade)."""
+"""The dev stack's PodDisruptionBudget under the real Eviction API: with maxUnavailable 0 a healthy
+training pod is never evicted, and a crash-looping one always is (or it would block every node
+drain and node-pool upgrade). The default, one eviction at a time, is in test_cluster_world_lifecycle."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from cluster_testing import LONG_RUN, NAMESPACE, POD_NAMES, get, pods, wait_for, world_running
+from cluster_testing import LONG_RUN, NAMESPACE, evict, get, pod_name, pods, wait_for, world_running
 
 pytestmark = pytest.mark.timeout(900)
-
-
-def evict(cluster, pod: str):
-    """POSTs an Eviction for the pod, as `kubectl drain` does; returns kubectl's result."""
-    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": NAMESPACE}}
-    return cluster.kubectl("create", "--raw", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}/eviction", "-f", "-",
-                           input=json.dumps(eviction), check=False)
 
 
 def _crash_looping(pod: dict) -> bool:
@@ -25,20 +16,23 @@ def _crash_looping(pod: dict) -> bool:
     return any(s.get("state", {}).get("waiting", {}).get("reason") == "CrashLoopBackOff" for s in statuses)
 
 
-def test_a_training_pod_is_not_evicted(cluster, dev_world):
-    dev_world(run__args=LONG_RUN)
+def test_a_stack_that_refuses_evictions_keeps_its_training_pods(cluster, dev_stack):
+    dev_stack.up(run__args=LONG_RUN, workload__maxUnavailable="0")
     wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
-    uid = get(cluster, "pod", POD_NAMES[1], NAMESPACE)["metadata"]["uid"]
-    refused = evict(cluster, POD_NAMES[1])
+    pod = pod_name(cluster, 1)
+    uid = get(cluster, "pod", pod, NAMESPACE)["metadata"]["uid"]
+    refused = evict(cluster, pod)
     assert refused.returncode != 0 and "disruption budget" in refused.stderr, refused.stderr
-    assert get(cluster, "pod", POD_NAMES[1], NAMESPACE)["metadata"]["uid"] == uid
+    assert get(cluster, "pod", pod, NAMESPACE)["metadata"]["uid"] == uid
 
 
-def test_a_crash_looping_pod_can_be_evicted(cluster, dev_world):
-    # A run whose module does not exist: torchrun fails, the kubelet restarts it, and backs off.
-    # No restarts inside torchrun and the shortest join timeout: a pod restarted alone must not
-    # wait the dev stack's 600 s for a peer that is itself backing off.
-    dev_world(run__args=["-m", "trainer.no_such_module"], rendezvous__maxRestarts="0", rendezvous__joinTimeoutSeconds="30")
+def test_a_crash_looping_pod_can_be_evicted(cluster, dev_stack):
+    # A StatefulSet (a Job replaces a failed pod instead) whose module does not exist: torchrun
+    # fails, the kubelet restarts it, and backs off. No restarts inside torchrun and the shortest
+    # join timeout: a pod restarted alone must not wait the dev stack's 600 s for a peer that is
+    # itself backing off.
+    dev_stack.up(run__args=["-m", "trainer.no_such_module"], rendezvous__maxRestarts="0",
+                 rendezvous__joinTimeoutSeconds="30", workload__kind="statefulset", workload__maxUnavailable="0")  # fmt: skip
     looping = wait_for(lambda: next((n for n, p in pods(cluster, NAMESPACE).items() if _crash_looping(p)), None),
                        300, "a pod in CrashLoopBackOff", interval=2)
     uid = get(cluster, "pod", looping, NAMESPACE)["metadata"]["uid"]

@@ -5,9 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from trainer_testing import (
-    REPO, Proc, clean_env, done_lines, entrypoint_command, free_port, kill_tree, pod_env, run_to_end, same_result,
-)  # fmt: skip
+from trainer_testing import REPO, Proc, kill_tree, uninterrupted_result
 
 
 @pytest.fixture
@@ -35,15 +33,8 @@ def reference_result(tmp_path_factory):
     cache: dict[tuple[str, ...], dict[str, str]] = {}
 
     def result_of(args: list[str]) -> dict[str, str]:
-        key = tuple(args)
-        if key not in cache:
-            out = tmp_path_factory.mktemp("reference")
-            env = clean_env(**pod_env("ref-0", free_port(), nnodes=1, nproc=2), OUT_DIR=str(out))
-            code, text = run_to_end(entrypoint_command(args), env, out / "reference.log", timeout=240)
-            assert code == 0, text[-4000:]
-            lines = done_lines(text)
-            assert len(lines) == 2 and same_result(lines[0]) == same_result(lines[1]), text[-4000:]
-            cache[key] = same_result(lines[0])
-        return cache[key]
+        if tuple(args) not in cache:
+            cache[tuple(args)] = uninterrupted_result(args, tmp_path_factory.mktemp("reference"))
+        return cache[tuple(args)]
 
     return result_of

@@ -144,6 +144,16 @@ def same_result(line: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in line.items() if k not in ("rank", "seconds", "run")}
 
 
+def uninterrupted_result(args: list[str], out: Path) -> dict[str, str]:
+    """The [DONE] result of an uninterrupted world of 2 processes (one pod, two workers) on this machine."""
+    env = clean_env(**pod_env("ref-0", free_port(), nnodes=1, nproc=2), OUT_DIR=str(out))
+    code, text = run_to_end(entrypoint_command(args), env, out / "reference.log", timeout=240)
+    assert code == 0, text[-4000:]
+    lines = done_lines(text)
+    assert len(lines) == 2 and same_result(lines[0]) == same_result(lines[1]), text[-4000:]
+    return same_result(lines[0])
+
+
 def worker_pids(pod_pid: int) -> list[int]:
     """The training processes under a pod's entrypoint (not torchrun, whose command line names them too)."""
     found = []

@@ -1,0 +1,185 @@
+"""What a cluster does to a training world, and the world surviving it: any pod lost (pod 0, which
+hosts the rendezvous store, included), a resize while it trains, and destroy then up.
+
+Each journey runs the dev stack's own objects, applied as the provider applies them (DevStack),
+and reads what the cluster and /out show. The figures (time to re-form, time for a resize) are
+printed for the README.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from trainer_testing import done_lines, same_result, uninterrupted_result
+
+from cluster_testing import (
+    NAMESPACE, RUN, WORKLOAD, all_logs, claim_path, evict, get, pod_name, pods, wait_for, world_pods, world_running,
+)  # fmt: skip
+from trainer import contract
+
+pytestmark = pytest.mark.timeout(1500)
+
+CHECKPOINT_EVERY = 8
+# 3 epochs of 32 steps of a 1M-parameter MLP in a world of 2: long enough to be disrupted three times.
+RUN_ARGS = [
+    "-m", "trainer.train", "smoke", "--epochs", "3", "--batch", "256", "--samples", "16384", "--features", "512",
+    "--hidden", "2048", "--classes", "4", "--lr", "1e-3", "--seed", "7", "--checkpoint-every", str(CHECKPOINT_EVERY),
+    "--log-every", "8", "--pg-timeout", "60",
+]  # fmt: skip
+# Three pods of the dev stack on the node's two CPUs.
+SMALL_PODS = {"resources__requests__cpu": "500m"}
+
+
+def checkpoints(cluster) -> Path:
+    return claim_path(cluster, NAMESPACE, "outputs-pvc") / RUN / "checkpoints"
+
+
+def newest_checkpoint(cluster) -> dict:
+    records = sorted(checkpoints(cluster).glob("ckpt-*.json"))
+    return json.loads(records[-1].read_text()) if records else {"step": -1}
+
+
+def wait_for_checkpoint_after(cluster, step: int, timeout: float = 300) -> dict:
+    return wait_for(lambda: (r := newest_checkpoint(cluster))["step"] > step and r, timeout,
+                    f"a checkpoint after step {step}", interval=1)  # fmt: skip
+
+
+def resumed_lines(cluster, index: int = 0) -> list[str]:
+    """The [CKPT] resumed lines of the pod holding global rank 0 (pod 0), which logs for the world."""
+    try:
+        log = all_logs(cluster, NAMESPACE, pod_name(cluster, index))
+    except KeyError:  # between a pod and its replacement
+        return []
+    return [line for line in log.splitlines() if line.startswith("[CKPT] resumed from")]
+
+
+def resumed_step(line: str) -> int:
+    return int(line.split("ckpt-")[1][:8])
+
+
+def wait_for_reform(cluster, seen: int, timeout: float = 300) -> tuple[str, float]:
+    """Waits until pod 0 logs a resume beyond the first `seen` of its pod; returns it and the seconds taken."""
+    started = time.monotonic()
+    line = wait_for(lambda: (lines := resumed_lines(cluster))[seen:] and lines[-1], timeout, "the world to re-form", interval=1)
+    return line, time.monotonic() - started
+
+
+def kill_container(cluster, pod: str) -> None:
+    """SIGKILL to the container's PID 1 from the node, as the kernel's OOM killer or a crashed runtime
+    would: the entrypoint, and with it torchrun, the store (in pod 0) and the workers."""
+    uid = get(cluster, "pod", pod, NAMESPACE)["metadata"]["uid"]
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if f"pod{uid}" in (proc / "cgroup").read_text() and b"trainer.entrypoint" in (proc / "cmdline").read_bytes():
+                os.kill(int(proc.name), signal.SIGKILL)
+                return
+        except OSError:
+            continue
+    raise AssertionError(f"no entrypoint process of pod {pod} on this node")
+
+
+def job_condition(cluster) -> str | None:
+    conditions = get(cluster, "job", WORKLOAD, NAMESPACE).get("status", {}).get("conditions") or []
+    return next((c["type"] for c in conditions if c["type"] in ("Complete", "Failed") and c["status"] == "True"), None)
+
+
+def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(cluster, dev_stack, tmp_path):
+    expected = uninterrupted_result(RUN_ARGS, tmp_path)
+    dev_stack.up(run__args=RUN_ARGS)
+    wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
+    figures = {}
+
+    def lose(what: str, how) -> None:
+        before = wait_for_checkpoint_after(cluster, max([newest_checkpoint(cluster)["step"], CHECKPOINT_EVERY - 1]))
+        seen = 0 if what.startswith("pod 0") else len(resumed_lines(cluster))  # a new pod 0 starts a new log
+        how()
+        line, seconds = wait_for_reform(cluster, seen)
+        # At most one checkpoint interval is lost: the world resumes from the newest checkpoint
+        # there was (a SIGTERM writes one more, where it stopped).
+        assert resumed_step(line) >= before["step"], (what, line, before)
+        figures[what] = round(seconds, 1)
+
+    lose("pod 0 killed", lambda: kill_container(cluster, pod_name(cluster, 0)))
+    lose("pod 1 deleted", lambda: cluster.kubectl("delete", "pod", pod_name(cluster, 1), "-n", NAMESPACE, "--wait=false"))
+    lose("pod 0 evicted", lambda: _evicted(cluster, pod_name(cluster, 0)))
+    print(f"\n[figures] seconds from losing a pod to the world resumed: {figures}")
+
+    assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
+    finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
+    assert sorted(line["rank"] for line in finals) == ["0", "1"]
+    # The same final loss and weights as a world that was never disrupted: the resumes were exact.
+    assert [same_result(line) for line in finals] == [expected, expected]
+
+
+def _evicted(cluster, pod: str) -> None:
+    # The budget lets a drain take one pod at a time: the Eviction API accepts it.
+    result = evict(cluster, pod)
+    assert result.returncode == 0, result.stderr
+
+
+def world_env(cluster) -> set[tuple[str, str]]:
+    """(NNODES, Job uid) of every pod in the namespace: one world has one of each."""
+    found = set()
+    for pod in pods(cluster, NAMESPACE).values():
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        found.add((env[contract.NNODES.name], pod["metadata"]["ownerReferences"][0]["uid"]))
+    return found
+
+
+def test_a_resize_while_training_stops_the_world_and_resumes_it_whole_at_the_new_size(cluster, dev_stack):
+    dev_stack.up(run__args=RUN_ARGS, **SMALL_PODS)
+    wait_for(lambda: world_running(cluster, 2), 300, "the world of 2 Running", interval=2)
+    claims = {name: pod["metadata"]["uid"] for name, pod in _claims(cluster).items()}
+    figures = {}
+    for before, after in ((2, 3), (3, 2)):
+        wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
+        started = time.monotonic()
+        dev_stack.up(nodes=str(after), run__args=RUN_ARGS, **SMALL_PODS)
+        # up returned once the old world was gone: it stopped at a SIGTERM checkpoint of its own size.
+        stopped = newest_checkpoint(cluster)
+        assert (stopped["reason"], stopped["world_size"]) == ("sigterm", before), stopped
+        job = get(cluster, "job", WORKLOAD, NAMESPACE)
+        assert job["spec"]["completions"] == job["spec"]["parallelism"] == after
+        line, _ = wait_for_reform(cluster, 0)
+        figures[f"{before} -> {after}"] = round(time.monotonic() - started, 1)
+        # One world of the new size, resumed at the exact sample where the old one stopped.
+        assert world_env(cluster) == {(str(after), job["metadata"]["uid"])}
+        assert sorted(world_pods(cluster)) == list(range(after))
+        assert f"ckpt-{stopped['step']:08d}.pt" in line and f"sample {stopped['samples_in_epoch']}/" in line, line
+        assert f"world of {after} (was {before})" in line, line
+        wait_for(lambda: world_running(cluster, after), 300, f"the world of {after} Running", interval=2)
+    print(f"\n[figures] seconds from `up` with a new size to the resized world resumed: {figures}")
+    # No claim was touched.
+    assert {name: pod["metadata"]["uid"] for name, pod in _claims(cluster).items()} == claims
+
+
+def _claims(cluster) -> dict[str, dict]:
+    return {claim["metadata"]["name"]: claim
+            for claim in json.loads(cluster.kubectl("get", "pvc", "-n", NAMESPACE, "-o", "json").stdout)["items"]}  # fmt: skip
+
+
+def test_destroy_then_up_adopts_the_retained_claims_and_resumes(cluster, dev_stack):
+    dev_stack.up(run__args=RUN_ARGS)
+    wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
+    wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
+    claims = {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()}
+
+    dev_stack.destroy()
+    # The world is gone, after a checkpoint; the claims and their namespace are kept.
+    stopped = newest_checkpoint(cluster)
+    assert stopped["reason"] == "sigterm", stopped
+    assert not pods(cluster, NAMESPACE)
+    for kind in ("job", "service", "poddisruptionbudget", "networkpolicy", "serviceaccount"):
+        assert not json.loads(cluster.kubectl("get", kind, "-n", NAMESPACE, "-o", "json").stdout)["items"], kind
+    assert {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()} == claims
+
+    # up again: the namespace and the claims are adopted, not met with AlreadyExists, and the run resumes.
+    dev_stack.up(run__args=RUN_ARGS)
+    line, _ = wait_for_reform(cluster, 0)
+    assert f"ckpt-{stopped['step']:08d}.pt" in line, line
+    assert {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()} == claims
