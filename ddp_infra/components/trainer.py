@@ -48,18 +48,26 @@ class Trainer(Component):
     def __init__(self, name: str, args: TrainerArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Trainer", name, opts)
         manifest = workload_manifest(args.config, args.world)
+        resource_class, _ = KINDS[args.world.workload_kind]
+        (other_type,) = (token for kind, (_, token) in KINDS.items() if kind != args.world.workload_kind)
         workload_options = self.child(
-            custom_timeouts=_timeouts(args.config), delete_before_replace=True, replace_on_changes=["spec"]
+            custom_timeouts=_timeouts(args.config),
+            delete_before_replace=True,
+            replace_on_changes=["spec"],
+            # The workload as the other kind is this same resource: a kind switch is a replace too.
+            aliases=[pulumi.Alias(type_=other_type)],
         )
-        if args.world.workload_kind == contract.INDEXED_JOB:
-            self.workload: pulumi.CustomResource = k8s.batch.v1.Job(
-                name, metadata=manifest["metadata"], spec=manifest["spec"], opts=workload_options
-            )
-        else:
-            self.workload = k8s.apps.v1.StatefulSet(
-                name, metadata=manifest["metadata"], spec=manifest["spec"], opts=workload_options
-            )
+        self.workload: pulumi.CustomResource = resource_class(
+            name, metadata=manifest["metadata"], spec=manifest["spec"], opts=workload_options
+        )
         self.register_outputs({"name": self.workload.metadata["name"]})  # type: ignore[attr-defined]
+
+
+# Each workload kind's resource class and Pulumi type token.
+KINDS = {
+    contract.INDEXED_JOB: (k8s.batch.v1.Job, "kubernetes:batch/v1:Job"),
+    contract.STATEFULSET: (k8s.apps.v1.StatefulSet, "kubernetes:apps/v1:StatefulSet"),
+}
 
 
 def _timeouts(config: StackConfig) -> Optional[pulumi.CustomTimeouts]:

@@ -66,21 +66,30 @@ class DevStack:
         assert evaluation.error is None, str(evaluation.error)
         self.outputs = evaluation.outputs
         wanted = _creation_order([r for r in evaluation.registered if r.custom and r.type.startswith("kubernetes:")])
-        for key in [key for key in self.deployed if key not in {_key(r) for r in wanted}][::-1]:
-            self._delete(self.deployed.pop(key))
         for resource in wanted:
-            old = self.deployed.get(_key(resource))
+            old = self.deployed.pop(_key(resource), None) or self._aliased(resource)
             if old is None:
                 self._create(resource)
+            elif old.type != resource.type or any(
+                old.manifest.get(field) != resource.manifest.get(field) for field in resource.replace_on_changes
+            ):
+                assert resource.delete_before_replace, f"{_key(resource)} would be created beside its old self"
+                self._delete(old)
+                self._create(resource)
             elif old.manifest != resource.manifest:
-                if any(old.manifest.get(field) != resource.manifest.get(field) for field in resource.replace_on_changes):
-                    assert resource.delete_before_replace, f"{_key(resource)} would be created beside its old self"
-                    self._delete(old)
-                    self._create(resource)
-                else:
-                    self._send("apply", "--server-side", "--field-manager=pulumi-kubernetes", resource=resource)
+                self._send("apply", "--server-side", "--field-manager=pulumi-kubernetes", resource=resource)
             self.deployed[_key(resource)] = resource
+        # What the program no longer registers is deleted at the end of the update, as the engine does.
+        for key in [key for key in self.deployed if key not in {_key(r) for r in wanted}][::-1]:
+            self._delete(self.deployed.pop(key))
         return [r.manifest for r in wanted]
+
+    def _aliased(self, resource: Registered) -> Registered | None:
+        """The deployed resource that `resource` names as an alias (same name, another type), taken over."""
+        for key, old in list(self.deployed.items()):
+            if old.name == resource.name and old.type in resource.alias_types:
+                return self.deployed.pop(key)
+        return None
 
     def destroy(self) -> None:
         for resource in _creation_order(list(self.deployed.values()))[::-1]:
@@ -140,12 +149,14 @@ def running(pod: dict[str, Any]) -> bool:
 
 
 def world_pods(cluster: LocalCluster, namespace: str = NAMESPACE) -> dict[int, dict[str, Any]]:
-    """The world's pods by pod index (Job pods carry a random suffix), leaving out those being
-    deleted or failed, which the Job replaces."""
+    """The world's pods by pod index (a Job's pods carry a random suffix), of either workload kind,
+    leaving out those being deleted or failed, which the Job replaces."""
     found: dict[int, dict[str, Any]] = {}
     for pod in sorted(pods(cluster, namespace).values(), key=lambda p: p["metadata"]["creationTimestamp"]):
-        index = pod["metadata"].get("annotations", {}).get(contract.JOB_COMPLETION_INDEX_ANNOTATION)
-        if index is not None and "deletionTimestamp" not in pod["metadata"] and pod["status"].get("phase") != "Failed":
+        metadata = pod["metadata"]
+        index = metadata.get("annotations", {}).get(contract.JOB_COMPLETION_INDEX_ANNOTATION,
+                                                    metadata.get("labels", {}).get(contract.POD_INDEX_LABEL))  # fmt: skip
+        if index is not None and "deletionTimestamp" not in metadata and pod["status"].get("phase") != "Failed":
             found[int(index)] = pod
     return found
 

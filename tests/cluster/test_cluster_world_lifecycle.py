@@ -158,6 +158,25 @@ def test_a_resize_while_training_stops_the_world_and_resumes_it_whole_at_the_new
     assert {name: pod["metadata"]["uid"] for name, pod in _claims(cluster).items()} == claims
 
 
+def test_switching_the_workload_kind_replaces_the_world_after_it_stopped(cluster, dev_stack):
+    """Job -> StatefulSet: one resource of another kind (an alias), so the Job's world is stopped
+    and gone before the StatefulSet's starts; never two worlds on one /out/<run>."""
+    dev_stack.up(run__args=RUN_ARGS)
+    wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
+    wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
+    dev_stack.up(run__args=RUN_ARGS, workload__kind="statefulset")
+    stopped = newest_checkpoint(cluster)
+    assert stopped["reason"] == "sigterm", stopped
+    assert "Job" not in owner_kinds(cluster), "the Job's pods outlived the switch"
+    line, _ = wait_for_reform(cluster, 0)
+    assert f"ckpt-{stopped['step']:08d}.pt" in line, line
+    assert owner_kinds(cluster) == {"StatefulSet"}
+
+
+def owner_kinds(cluster) -> set[str]:
+    return {pod["metadata"]["ownerReferences"][0]["kind"] for pod in pods(cluster, NAMESPACE).values()}
+
+
 def _claims(cluster) -> dict[str, dict]:
     return {claim["metadata"]["name"]: claim
             for claim in json.loads(cluster.kubectl("get", "pvc", "-n", NAMESPACE, "-o", "json").stdout)["items"]}  # fmt: skip

@@ -41,6 +41,7 @@ class Registered:
     custom_timeouts: dict[str, str]
     delete_before_replace: bool
     replace_on_changes: list[str]
+    alias_types: list[str]  # the types of the aliases it registers: what it may have been before
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -67,6 +68,7 @@ class RecordingMonitor(mocks.MockMonitor):
                 dependencies=list(request.dependencies),
                 custom_timeouts={k: getattr(timeouts, k) for k in ("create", "update", "delete") if getattr(timeouts, k)},
                 delete_before_replace=request.deleteBeforeReplace, replace_on_changes=list(request.replaceOnChanges),
+                alias_types=[alias.spec.type for alias in request.aliases if alias.spec.type],
             ))
         return response
 

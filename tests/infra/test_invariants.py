@@ -370,6 +370,16 @@ def test_a_changed_workload_is_replaced_whole_after_the_old_world_is_gone(kind):
     assert workload.replace_on_changes == ["spec"]
 
 
+@pulumi.runtime.test
+def test_a_kind_switch_replaces_the_workload_after_the_old_kind_is_gone(kind):
+    """Without an alias the new kind would be a new resource: created first, the old one deleted at
+    the end of the update, two worlds on one /out/<run> in between. With it, a switch is a replace."""
+    other = {"job": STATEFULSET, "statefulset": JOB}[kind]
+    workload = evaluated("dev", 2, kind).workload
+    assert other in workload.alias_types
+    assert workload.delete_before_replace is True
+
+
 def test_the_default_workload_runs_to_completion():
     assert harness.evaluate(harness.stack_file_config("dev")).workload.type == JOB
 
