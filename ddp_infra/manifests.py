@@ -85,13 +85,16 @@ def disruption_budget_manifest(world: World, max_unavailable: int) -> dict[str, 
     wait until the run ends. A pod that is not Ready (crash-looping, stuck) trains nothing, and
     under the default policy it could never be evicted, blocking every drain and node-pool
     upgrade: AlwaysAllow.
+
+    Written as minAvailable: a budget with maxUnavailable needs a controller with a scale
+    subresource, which a Job lacks, and then never allows an eviction (seen on the local cluster).
     """
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(world, world.disruption_budget_name, "disruption-budget"),
         "spec": {
-            "maxUnavailable": max_unavailable,
+            "minAvailable": max(0, world.nnodes - max_unavailable),
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
             "selector": {"matchLabels": world.selector},
         },

@@ -103,6 +103,7 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
         # there was (a SIGTERM writes one more, where it stopped).
         assert resumed_step(line) >= before["step"], (what, line, before)
         figures[what] = round(seconds, 1)
+        print(f"\n[figures] {what}: the world resumed {seconds:.1f} s later, from {line.split()[3]}")
 
     lose("pod 0 killed", lambda: kill_container(cluster, pod_name(cluster, 0)))
     lose("pod 1 deleted", lambda: cluster.kubectl("delete", "pod", pod_name(cluster, 1), "-n", NAMESPACE, "--wait=false"))

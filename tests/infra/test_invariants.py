@@ -91,11 +91,12 @@ def test_headless_service_selects_the_pods_and_names_the_workload(evaluation, ki
 
 
 @pulumi.runtime.test
-def test_the_disruption_budget_lets_a_drain_take_one_pod_at_a_time(evaluation):
+def test_the_disruption_budget_lets_a_drain_take_one_pod_at_a_time(evaluation, nodes):
     spec = evaluation.one("kubernetes:policy/v1:PodDisruptionBudget").manifest["spec"]
     # An evicted pod checkpoints on SIGTERM and the world re-forms when it is back: a drain need not
-    # wait for the run to end, but taking several pods at once gains nothing.
-    assert spec["maxUnavailable"] == 1
+    # wait for the run to end, but taking several pods at once gains nothing. (minAvailable: a Job
+    # has no scale subresource, which maxUnavailable needs.)
+    assert spec["minAvailable"] == nodes - 1 and "maxUnavailable" not in spec
     # A crash-looping pod must not block a node drain or a node-pool upgrade.
     assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
 
@@ -104,7 +105,7 @@ def test_the_disruption_budget_lets_a_drain_take_one_pod_at_a_time(evaluation):
 def test_a_stack_can_refuse_every_voluntary_eviction():
     values = harness.stack_config_with("dev", workload__maxUnavailable="0")
     spec = harness.evaluate(values).one("kubernetes:policy/v1:PodDisruptionBudget").manifest["spec"]
-    assert spec["maxUnavailable"] == 0
+    assert spec["minAvailable"] == int(harness.stack_file_config("dev")["nodes"])
 
 
 @pulumi.runtime.test
