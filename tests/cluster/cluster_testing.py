@@ -49,7 +49,8 @@ class DevStack:
 
     - create: `kubectl create` (an object already there is AlreadyExists), except through the
       provider that adopts retained objects (`upsertExistingObjects`): server-side apply;
-    - update: server-side apply, as the provider's default;
+    - update: server-side apply, as the provider's default, taking over the fields its create
+      set (the provider moves them from the create's field manager to its own);
     - replace (a field of `replaceOnChanges` changed, `deleteBeforeReplace`): a foreground delete,
       waited for as the provider waits without skipAwait, then a create;
     - destroy: deletes in reverse creation order, each waited for, leaving the retained objects.
@@ -77,7 +78,7 @@ class DevStack:
                 self._delete(old)
                 self._create(resource)
             elif old.manifest != resource.manifest:
-                self._send("apply", "--server-side", "--field-manager=pulumi-kubernetes", resource=resource)
+                self._send("apply", "--server-side", "--field-manager=pulumi-kubernetes", "--force-conflicts", resource=resource)
             self.deployed[_key(resource)] = resource
         # What the program no longer registers is deleted at the end of the update, as the engine does.
         for key in [key for key in self.deployed if key not in {_key(r) for r in wanted}][::-1]:

@@ -195,7 +195,8 @@ def test_destroy_then_up_adopts_the_retained_claims_and_resumes(cluster, dev_sta
     assert stopped["reason"] == "sigterm", stopped
     assert not pods(cluster, NAMESPACE)
     for kind in ("job", "service", "poddisruptionbudget", "networkpolicy", "serviceaccount"):
-        assert not json.loads(cluster.kubectl("get", kind, "-n", NAMESPACE, "-o", "json").stdout)["items"], kind
+        left = cluster.kubectl("get", kind, "-n", NAMESPACE, "-l", "app.kubernetes.io/part-of=ddp-infra", "-o", "name")
+        assert not left.stdout.strip(), left.stdout
     assert {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()} == claims
 
     # up again: the namespace and the claims are adopted, not met with AlreadyExists, and the run resumes.

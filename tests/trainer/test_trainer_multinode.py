@@ -32,6 +32,17 @@ def start_pod(spawn, pod_name: str, port: int, out_dir, args=SMOKE_ARGS, **env):
     return spawn(entrypoint_command(args), full_env, pod_name)
 
 
+RESTARTS = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
+
+
+def two_pods_past_step_16(spawn, tmp_path, port: int):
+    """A world of two pods of LONG_ARGS, with world restarts allowed, once it has checkpointed step 16."""
+    first = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **RESTARTS)
+    second = start_pod(spawn, "ddp-1", port, tmp_path, LONG_ARGS, **RESTARTS)
+    wait_for_file(tmp_path / "run" / "checkpoints" / "ckpt-00000016.json", (first, second), timeout=180)
+    return first, second
+
+
 def results_of(*procs) -> list[dict[str, str]]:
     return [line for proc in procs for line in done_lines(proc.text())]
 
@@ -84,11 +95,7 @@ def test_a_master_that_comes_up_10s_late_is_waited_for(spawn, tmp_path, referenc
 @pytest.mark.timeout(300)
 def test_a_killed_worker_resumes_from_the_checkpoint_and_ends_as_an_uninterrupted_run(spawn, tmp_path, reference_result):
     expected = reference_result(LONG_ARGS)
-    port = free_port()
-    restarts = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
-    first = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **restarts)
-    second = start_pod(spawn, "ddp-1", port, tmp_path, LONG_ARGS, **restarts)
-    wait_for_file(tmp_path / "run" / "checkpoints" / "ckpt-00000016.json", (first, second), timeout=180)
+    first, second = two_pods_past_step_16(spawn, tmp_path, free_port())
     victims = worker_pids(second.pid)
     assert len(victims) == 1, f"expected one worker under ddp-1's agent, found {victims}"
     os.kill(victims[0], signal.SIGKILL)
@@ -108,15 +115,12 @@ def test_losing_pod_0_and_its_store_re_forms_the_world_around_its_replacement(sp
     waits for the replacement pod 0 (the Job's) and joins the new world, which resumes exactly."""
     expected = reference_result(LONG_ARGS)
     port = free_port()
-    restarts = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
-    first = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **restarts)
-    second = start_pod(spawn, "ddp-1", port, tmp_path, LONG_ARGS, **restarts)
-    wait_for_file(tmp_path / "run" / "checkpoints" / "ckpt-00000016.json", (first, second), timeout=180)
+    first, second = two_pods_past_step_16(spawn, tmp_path, port)
     kill_tree(first.pid)  # the container killed: agent, store and workers at once
     assert first.popen.wait(10) != 0
 
     second.wait_for(lambda text: "[DDP] re-joining" in text, 60, "pod 1 re-joining after the loss of pod 0")
-    replacement = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **restarts)
+    replacement = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **RESTARTS)
     assert replacement.wait(240) == 0, replacement.text()
     assert second.wait(60) == 0, second.text()
     resumed = [line for line in replacement.text().splitlines() if line.startswith("[CKPT] resumed from ckpt-")]
