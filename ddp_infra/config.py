@@ -236,7 +236,7 @@ class ResourcesConfig(_Model):
         ResourceAmounts(memory="8Gi"), description="Container limits (GPUs come from gpusPerNode)."
     )
     extended: Annotated[dict[LabelKey, Quantity], AfterValidator(_no_gpu_in_extended)] = Field(
-        {}, description="Extended resources set as both request and limit, e.g. rdma/ib: 1."
+        {}, description="Extended resources set as both request and limit, e.g. example.com/fpga: 1 (RDMA: network.rdmaResources)."
     )
 
     @model_validator(mode="after")
@@ -248,15 +248,69 @@ class ResourcesConfig(_Model):
         return self
 
 
+# Multus's annotation naming a pod's secondary networks (NetworkAttachmentDefinitions).
+SECONDARY_NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+DEFAULT_RDMA_RESOURCE = "rdma/hca_shared_devices_a"  # the k8s-rdma-shared-dev-plugin's usual name
+SecondaryNetwork = Annotated[
+    str,
+    AfterValidator(
+        _pattern(
+            r"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?(@[A-Za-z0-9_.-]{1,15})?",
+            "a NetworkAttachmentDefinition: [namespace/]name[@interface], e.g. ib-rail-0 or infra/ib-rail-0@net1",
+        )
+    ),
+]
+IbHca = Annotated[
+    str,
+    AfterValidator(
+        _pattern(
+            r"[\^=]?[A-Za-z0-9_]+(:\d+)?(,[A-Za-z0-9_]+(:\d+)?)*",
+            "NCCL's HCA list: names or prefixes with optional :port, '^' to exclude, '=' for exact names, e.g. mlx5 or =mlx5_0:1,mlx5_1:1",
+        )
+    ),
+]
+
+
 class NetworkConfig(_Model):
     socket_ifname: Optional[Annotated[str, AfterValidator(_pattern(r"[\^=]?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*", "an interface name or NCCL list such as eth0, ^lo,docker0"))]] = Field(
         None, description="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (unset: the trainer's preflight picks one)."
     )
-    infiniband: bool = Field(False, description="Use InfiniBand (false sets NCCL_IB_DISABLE=1); adds IPC_LOCK.")
+    infiniband: bool = Field(
+        False,
+        description="Use InfiniBand/RDMA: request rdmaResources, set NCCL_IB_DISABLE=0, and fail the preflight "
+        "without /dev/infiniband (false: NCCL_IB_DISABLE=1, sockets).",
+    )
+    rdma_resources: dict[LabelKey, Annotated[int, Field(ge=1, le=64)]] = Field(
+        {DEFAULT_RDMA_RESOURCE: 1},
+        description="infiniband: the RDMA device plugin's resources per pod, as request and limit "
+        "(the name differs by plugin: rdma/hca_shared_devices_a, rdma/rdma_shared_device_a, nvidia.com/...).",
+    )
+    secondary_networks: tuple[SecondaryNetwork, ...] = Field(
+        (), description=f"Multus networks to attach to each pod (the {SECONDARY_NETWORKS_ANNOTATION} annotation)."
+    )
+    ib_hca: Optional[IbHca] = Field(None, description="infiniband: NCCL_IB_HCA, the HCAs NCCL uses (unset: all).")
+    ib_gid_index: Optional[int] = Field(
+        None, ge=0, le=255, description="infiniband: NCCL_IB_GID_INDEX (RoCE; unset: NCCL's default)."
+    )
     nccl_debug: Literal["VERSION", "WARN", "INFO", "TRACE"] = Field("WARN", description="NCCL_DEBUG level.")
     async_error_handling: bool = Field(
         True, description="TORCH_NCCL_ASYNC_ERROR_HANDLING: a failed collective aborts instead of hanging."
     )
+
+    @model_validator(mode="after")
+    def _infiniband_settings_need_infiniband(self) -> "NetworkConfig":
+        if self.infiniband and not self.rdma_resources:
+            raise _field_problem(
+                ("rdmaResources",), f"at least one RDMA device resource when infiniband is true, e.g. {DEFAULT_RDMA_RESOURCE}: 1",
+                {},
+            )
+        if not self.infiniband:
+            for field in ("ib_hca", "ib_gid_index"):
+                if getattr(self, field) is not None:
+                    raise _field_problem(
+                        (to_camel(field),), "unset when infiniband is false (NCCL_IB_DISABLE=1 ignores it)", getattr(self, field)
+                    )
+        return self
 
 
 class RendezvousConfig(_Model):
@@ -498,6 +552,19 @@ def _cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
             problems.append(Problem(
                 _full_key(["shmSize"]), repr(valid["shmSize"]),
                 f"less than resources.limits.memory ({limit}): /dev/shm is memory and counts against it",
+            ))
+    if have("network", "resources"):
+        for name in valid["network"].rdma_resources:
+            if valid["network"].infiniband and name in valid["resources"].extended:
+                problems.append(Problem(
+                    _full_key(["resources", "extended", name]), repr(valid["resources"].extended[name]),
+                    "a resource not in network.rdmaResources (that key requests it already)",
+                ))
+    if have("network", "annotations") and valid["network"].secondary_networks:
+        if SECONDARY_NETWORKS_ANNOTATION in valid["annotations"]:
+            problems.append(Problem(
+                _full_key(["annotations", SECONDARY_NETWORKS_ANNOTATION]), repr(valid["annotations"][SECONDARY_NETWORKS_ANNOTATION]),
+                "no value here when network.secondaryNetworks is set (it writes this annotation)",
             ))
     if have("labels"):
         for key in valid["labels"]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from trainer import contract
 
-from .config import GPU_RESOURCE, StackConfig, parse_quantity
+from .config import GPU_RESOURCE, SECONDARY_NETWORKS_ANNOTATION, StackConfig, parse_quantity
 from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, RENDEZVOUS_PORT_NAME, World
 
 SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
@@ -83,6 +83,10 @@ def pod_env(config: StackConfig, world: World) -> list[dict[str, Any]]:
         contract.TORCH_NCCL_ASYNC_ERROR_HANDLING.name: {"value": _flag(config.network.async_error_handling)},
         contract.PET_RDZV_ENDPOINT.name: {"value": endpoint},
     }
+    if config.network.infiniband:
+        for var, value in ((contract.NCCL_IB_HCA, config.network.ib_hca), (contract.NCCL_IB_GID_INDEX, config.network.ib_gid_index)):
+            if value is not None:
+                sources[var.name] = {"value": str(value)}
     if config.storage.models is not None:
         sources[contract.MODELS_DIR.name] = {"value": contract.MODELS_MOUNT}
     if config.network.socket_ifname:
@@ -111,6 +115,8 @@ def _resources(config: StackConfig) -> dict[str, Any]:
     extended = dict(config.resources.extended)
     if config.gpus_per_node:
         extended[GPU_RESOURCE] = str(config.gpus_per_node)
+    if config.network.infiniband:  # the device plugin mounts /dev/infiniband only into pods that ask
+        extended.update({name: str(count) for name, count in config.network.rdma_resources.items()})
     return {"requests": {**requests, **extended}, "limits": {**limits, **extended}}
 
 
@@ -135,9 +141,6 @@ def _volumes(config: StackConfig) -> list[dict[str, Any]]:
 
 
 def container(config: StackConfig, world: World) -> dict[str, Any]:
-    capabilities: dict[str, Any] = {"drop": ["ALL"]}
-    if config.network.infiniband:
-        capabilities["add"] = ["IPC_LOCK"]  # RDMA pins memory; nothing else is added
     return {
         "name": CONTAINER_NAME,
         "image": config.image.name,
@@ -152,7 +155,10 @@ def container(config: StackConfig, world: World) -> dict[str, Any]:
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
             "runAsNonRoot": True,
-            "capabilities": capabilities,
+            # Nothing is added, not even IPC_LOCK for RDMA: a uid-1000 process gets no capability
+            # without ambient ones, so memory pinned for RDMA is bounded by the memlock limit the
+            # node's container runtime sets, whatever the pod asks.
+            "capabilities": {"drop": ["ALL"]},
         },
     }
 
@@ -205,9 +211,16 @@ def pod_template(config: StackConfig, world: World) -> dict[str, Any]:
         # Job pods get <job>-<index> as hostname; the subdomain gives them the DNS name MASTER_ADDR uses.
         spec["subdomain"] = world.service_name
     metadata: dict[str, Any] = {"labels": world.labels(CONTAINER_NAME)}
-    if world.extra_annotations:
-        metadata["annotations"] = dict(world.extra_annotations)
+    annotations = {**world.extra_annotations, **pod_network_annotations(config)}
+    if annotations:
+        metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": spec}
+
+
+def pod_network_annotations(config: StackConfig) -> dict[str, str]:
+    """Multus attaches the secondary networks (an InfiniBand or RoCE rail) named here to each pod."""
+    networks = config.network.secondary_networks
+    return {SECONDARY_NETWORKS_ANNOTATION: ",".join(networks)} if networks else {}
 
 
 def workload_metadata(config: StackConfig, world: World) -> dict[str, Any]:

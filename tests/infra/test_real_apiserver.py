@@ -30,6 +30,11 @@ def objects(stack: str, nodes: int, kind: str = contract.STATEFULSET) -> list[di
 
 
 def kubectl(api: LocalApiServer, *args: str, documents: list[dict[str, Any]] | None = None) -> str:
+    return kubectl_run(api, *args, documents=documents).stdout
+
+
+def kubectl_run(api: LocalApiServer, *args: str, documents: list[dict[str, Any]] | None = None) -> subprocess.CompletedProcess:
+    """kubectl's stdout and its stderr, where the API server's warnings land."""
     result = subprocess.run(
         ["kubectl", "--kubeconfig", api.kubeconfig, *args],
         # JSON, as the provider sends it: YAML written by PyYAML leaves strings such as 3e-3
@@ -38,15 +43,19 @@ def kubectl(api: LocalApiServer, *args: str, documents: list[dict[str, Any]] | N
         capture_output=True, text=True, timeout=KUBECTL_TIMEOUT,
     )  # fmt: skip
     assert result.returncode == 0, f"kubectl {' '.join(args)} failed:\n{result.stderr}"
-    return result.stdout
+    return result
 
 
 def apply(api: LocalApiServer, documents: list[dict[str, Any]], *flags: str) -> str:
+    return apply_run(api, documents, *flags).stdout
+
+
+def apply_run(api: LocalApiServer, documents: list[dict[str, Any]], *flags: str) -> subprocess.CompletedProcess:
     """Namespaces for real first (a server dry run of a namespaced object needs its namespace), then the rest."""
     namespaces = [doc for doc in documents if doc["kind"] == "Namespace"]
     if namespaces:
         kubectl(api, "apply", "-f", "-", documents=namespaces)
-    return kubectl(api, "apply", *flags, "-f", "-", documents=[doc for doc in documents if doc["kind"] != "Namespace"])
+    return kubectl_run(api, "apply", *flags, "-f", "-", documents=[doc for doc in documents if doc["kind"] != "Namespace"])
 
 
 def stored_versions(api: LocalApiServer, documents: list[dict[str, Any]]) -> dict[str, str]:
@@ -69,6 +78,25 @@ def test_the_api_server_admits_every_object(api, stack, kind):
     for doc in documents:
         if doc["kind"] != "Namespace":
             assert f"{doc['kind'].lower()}" in out.lower() and doc["metadata"]["name"] in out
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
+def test_the_prod_pods_meet_the_pod_security_level_their_namespace_enforces(api, kind):
+    """Prod with InfiniBand: the RDMA request passes admission and the pods meet `restricted`
+    (PodSecurity admission warns about a workload whose pods its namespace would refuse)."""
+    documents = objects("prod", 8, kind)
+    (namespace,) = [doc for doc in documents if doc["kind"] == "Namespace"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/warn"] == "restricted"
+    workload = next(doc for doc in documents if doc["kind"] in ("StatefulSet", "Job"))
+    assert "rdma/hca_shared_devices_a" in workload["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    done = apply_run(api, documents, "--dry-run=server")
+    assert "would violate PodSecurity" not in done.stderr, done.stderr
+    # the same check does speak: a capability added to the trainer is warned about
+    container = workload["spec"]["template"]["spec"]["containers"][0]
+    container["securityContext"]["capabilities"]["add"] = ["IPC_LOCK"]
+    done = apply_run(api, [workload], "--dry-run=server")
+    assert 'would violate PodSecurity "restricted:latest"' in done.stderr and "IPC_LOCK" in done.stderr, done.stderr
 
 
 @pytest.mark.timeout(180)
