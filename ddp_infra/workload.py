@@ -10,11 +10,12 @@ from typing import Any
 
 from trainer import contract
 
-from .config import GPU_RESOURCE, SECONDARY_NETWORKS_ANNOTATION, StackConfig, parse_quantity
+from .pod_patch import apply_pod_extras
+from .config import GPU_RESOURCE, SECONDARY_NETWORKS_ANNOTATION, SHM_VOLUME, TMP_VOLUME, StackConfig, parse_quantity
 from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, RENDEZVOUS_PORT_NAME, World
 
 SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"
-TMP_MOUNT = "/tmp"
+TMP_MOUNT = contract.TMP_MOUNT
 # Where a pod's own index comes from, per workload kind (the downward API reads it).
 NODE_RANK_FIELD = {
     contract.STATEFULSET: f"metadata.labels['{contract.POD_INDEX_LABEL}']",
@@ -125,7 +126,7 @@ def _volume_mounts(config: StackConfig) -> list[dict[str, Any]]:
         {"name": role, "mountPath": VOLUME_MOUNTS[role], "readOnly": volume.access_mode == "ReadOnlyMany"}
         for role, volume in config.storage.volumes().items()
     ]
-    return mounts + [{"name": "dshm", "mountPath": contract.SHM_MOUNT}, {"name": "tmp", "mountPath": TMP_MOUNT}]
+    return mounts + [{"name": SHM_VOLUME, "mountPath": contract.SHM_MOUNT}, {"name": TMP_VOLUME, "mountPath": TMP_MOUNT}]
 
 
 def _volumes(config: StackConfig) -> list[dict[str, Any]]:
@@ -135,8 +136,8 @@ def _volumes(config: StackConfig) -> list[dict[str, Any]]:
     ]
     return claims + [
         # The default 64 MB /dev/shm kills DataLoader workers with bus errors.
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": config.shm_size}},
-        {"name": "tmp", "emptyDir": {}},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": config.shm_size}},
+        {"name": TMP_VOLUME, "emptyDir": {}},
     ]
 
 
@@ -214,7 +215,7 @@ def pod_template(config: StackConfig, world: World) -> dict[str, Any]:
     annotations = {**world.extra_annotations, **pod_network_annotations(config)}
     if annotations:
         metadata["annotations"] = annotations
-    return {"metadata": metadata, "spec": spec}
+    return apply_pod_extras({"metadata": metadata, "spec": spec}, config)
 
 
 def pod_network_annotations(config: StackConfig) -> dict[str, str]:

@@ -29,6 +29,8 @@ DATA_MOUNT = "/data"
 OUT_MOUNT = "/out"
 MODELS_MOUNT = "/models"
 SHM_MOUNT = "/dev/shm"
+# The image's writable directory (and HOME) on a read-only root filesystem.
+TMP_MOUNT = "/tmp"
 # Where the RDMA device plugin puts the InfiniBand verbs devices (uverbs*, rdma_cm) in a pod.
 INFINIBAND_DEVICES = "/dev/infiniband"
 

@@ -275,6 +275,7 @@ def test_same_resources_and_identical_claims_whatever_nodes(stack, kind):
         ("labels", {"team": "nlp"}),
         ("env", {"EXTRA": "1"}),
         ("scheduling.nodeSelector", {"pool": "gpu"}),
+        ("pod", {"runtimeClassName": "nvidia", "sidecars": [{"name": "shipper", "image": "fluent/fluent-bit:3.2"}]}),
     ],
 )
 @pulumi.runtime.test
