@@ -69,6 +69,14 @@ def owned_paths_in(patch: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...
         if key not in ("metadata", "spec"):
             yield (key,), "metadata or spec of the pod template"
     metadata, spec = patch.get("metadata") or {}, patch.get("spec") or {}
+    shapes = [(("metadata",), metadata, dict), (("spec",), spec, dict)]
+    shapes += [(("metadata", "labels"), metadata.get("labels") or {}, dict)] if isinstance(metadata, dict) else []
+    shapes += [(("spec", "containers"), spec.get("containers") or [], list)] if isinstance(spec, dict) else []
+    misshapen = [(path, kind) for path, value, kind in shapes if not isinstance(value, kind)]
+    if misshapen:
+        for path, kind in misshapen:
+            yield path, "an object" if kind is dict else "a list"
+        return
     for key in metadata.get("labels") or {}:
         if key.startswith(RESERVED_LABEL_PREFIX):
             yield ("metadata", "labels", key), f"a label outside {RESERVED_LABEL_PREFIX} (the program sets those and selects on them)"

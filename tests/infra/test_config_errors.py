@@ -88,6 +88,7 @@ MALFORMED = [
      "ddp-infra:pod.templatePatch.spec.containers[0].securityContext.readOnlyRootFilesystem", "False"),
     ("patch-directive", {"pod.templatePatch": {"spec": {"$patch": "replace"}}}, 'ddp-infra:pod.templatePatch.spec["$patch"]', "'replace'"),
     ("patch-not-the-template", {"pod.templatePatch": {"kind": "Pod"}}, "ddp-infra:pod.templatePatch.kind", "'Pod'"),
+    ("patch-spec-a-list", {"pod.templatePatch": {"spec": ["dnsPolicy"]}}, "ddp-infra:pod.templatePatch.spec", "dnsPolicy"),
     ("rdzv-port", {"rendezvous.port": "80"}, "ddp-infra:rendezvous.port", "'80'"),
     ("rdzv-backend", {"rendezvous.backend": "zmq"}, "ddp-infra:rendezvous.backend", "'zmq'"),
     ("etcd-without-endpoint", {"rendezvous.backend": "etcd-v2"}, "ddp-infra:rendezvous.endpoint", "(not set)"),

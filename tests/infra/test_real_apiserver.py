@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from infra_harness import evaluated
+from infra_harness import evaluate, evaluated, stack_config_with
 from toolchain.apiserver import LocalApiServer
 from trainer import contract
 
@@ -97,6 +97,20 @@ def test_the_prod_pods_meet_the_pod_security_level_their_namespace_enforces(api,
     container["securityContext"]["capabilities"]["add"] = ["IPC_LOCK"]
     done = apply_run(api, [workload], "--dry-run=server")
     assert 'would violate PodSecurity "restricted:latest"' in done.stderr and "IPC_LOCK" in done.stderr, done.stderr
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
+def test_the_api_server_admits_the_escape_hatch(api, kind):
+    """Sidecars, init containers, extra volumes and a template patch: valid, and still restricted."""
+    from test_pod_escape_hatch import EVERYTHING
+
+    evaluation = evaluate(stack_config_with("prod", pod=EVERYTHING, workload__kind=kind), stack="prod")
+    assert evaluation.error is None, str(evaluation.error)
+    done = apply_run(api, evaluation.kubernetes_manifests, "--dry-run=server")
+    assert "would violate PodSecurity" not in done.stderr, done.stderr
+    workload = next(doc for doc in evaluation.kubernetes_manifests if doc["kind"] in ("StatefulSet", "Job"))
+    assert workload["metadata"]["name"] in done.stdout
 
 
 @pytest.mark.timeout(180)
