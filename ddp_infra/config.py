@@ -236,7 +236,7 @@ class ResourcesConfig(_Model):
         ResourceAmounts(memory="8Gi"), description="Container limits (GPUs come from gpusPerNode)."
     )
     extended: Annotated[dict[LabelKey, Quantity], AfterValidator(_no_gpu_in_extended)] = Field(
-        {}, description="Extended resources set as both request and limit, e.g. rdma/ib: 1."
+        {}, description="Extended resources set as both request and limit, e.g. example.com/fpga: 1 (RDMA: network.rdmaResources)."
     )
 
     @model_validator(mode="after")
@@ -248,15 +248,69 @@ class ResourcesConfig(_Model):
         return self
 
 
+# Multus's annotation naming a pod's secondary networks (NetworkAttachmentDefinitions).
+SECONDARY_NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+DEFAULT_RDMA_RESOURCE = "rdma/hca_shared_devices_a"  # the k8s-rdma-shared-dev-plugin's usual name
+SecondaryNetwork = Annotated[
+    str,
+    AfterValidator(
+        _pattern(
+            r"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/)?[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?(@[A-Za-z0-9_.-]{1,15})?",
+            "a NetworkAttachmentDefinition: [namespace/]name[@interface], e.g. ib-rail-0 or infra/ib-rail-0@net1",
+        )
+    ),
+]
+IbHca = Annotated[
+    str,
+    AfterValidator(
+        _pattern(
+            r"[\^=]?[A-Za-z0-9_]+(:\d+)?(,[A-Za-z0-9_]+(:\d+)?)*",
+            "NCCL's HCA list: names or prefixes with optional :port, '^' to exclude, '=' for exact names, e.g. mlx5 or =mlx5_0:1,mlx5_1:1",
+        )
+    ),
+]
+
+
 class NetworkConfig(_Model):
     socket_ifname: Optional[Annotated[str, AfterValidator(_pattern(r"[\^=]?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*", "an interface name or NCCL list such as eth0, ^lo,docker0"))]] = Field(
         None, description="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (unset: the trainer's preflight picks one)."
     )
-    infiniband: bool = Field(False, description="Use InfiniBand (false sets NCCL_IB_DISABLE=1); adds IPC_LOCK.")
+    infiniband: bool = Field(
+        False,
+        description="Use InfiniBand/RDMA: request rdmaResources, set NCCL_IB_DISABLE=0, and fail the preflight "
+        "without /dev/infiniband (false: NCCL_IB_DISABLE=1, sockets).",
+    )
+    rdma_resources: dict[LabelKey, Annotated[int, Field(ge=1, le=64)]] = Field(
+        {DEFAULT_RDMA_RESOURCE: 1},
+        description="infiniband: the RDMA device plugin's resources per pod, as request and limit "
+        "(the name differs by plugin: rdma/hca_shared_devices_a, rdma/rdma_shared_device_a, nvidia.com/...).",
+    )
+    secondary_networks: tuple[SecondaryNetwork, ...] = Field(
+        (), description=f"Multus networks to attach to each pod (the {SECONDARY_NETWORKS_ANNOTATION} annotation)."
+    )
+    ib_hca: Optional[IbHca] = Field(None, description="infiniband: NCCL_IB_HCA, the HCAs NCCL uses (unset: all).")
+    ib_gid_index: Optional[int] = Field(
+        None, ge=0, le=255, description="infiniband: NCCL_IB_GID_INDEX (RoCE; unset: NCCL's default)."
+    )
     nccl_debug: Literal["VERSION", "WARN", "INFO", "TRACE"] = Field("WARN", description="NCCL_DEBUG level.")
     async_error_handling: bool = Field(
         True, description="TORCH_NCCL_ASYNC_ERROR_HANDLING: a failed collective aborts instead of hanging."
     )
+
+    @model_validator(mode="after")
+    def _infiniband_settings_need_infiniband(self) -> "NetworkConfig":
+        if self.infiniband and not self.rdma_resources:
+            raise _field_problem(
+                ("rdmaResources",), f"at least one RDMA device resource when infiniband is true, e.g. {DEFAULT_RDMA_RESOURCE}: 1",
+                {},
+            )
+        if not self.infiniband:
+            for field in ("ib_hca", "ib_gid_index"):
+                if getattr(self, field) is not None:
+                    raise _field_problem(
+                        (to_camel(field),), "unset when infiniband is false (NCCL_IB_DISABLE=1 ignores it)", getattr(self, field)
+                    )
+        return self
 
 
 class RendezvousConfig(_Model):
@@ -361,6 +415,143 @@ class SchedulingConfig(_Model):
     topology_spread: TopologySpreadConfig = Field(TopologySpreadConfig(), description="Topology spread of the pods.")
 
 
+# --- the escape hatch: what the program does not model, validated all the same ------------------
+
+# The pod's own volumes and where they are mounted in the trainer container.
+SHM_VOLUME, TMP_VOLUME = "dshm", "tmp"
+PROGRAM_VOLUMES = ("datasets", "outputs", "models", SHM_VOLUME, TMP_VOLUME)
+PROGRAM_MOUNT_PATHS = (contract.DATA_MOUNT, contract.OUT_MOUNT, contract.MODELS_MOUNT, contract.SHM_MOUNT, contract.TMP_MOUNT)
+# Fields of a Kubernetes Container an extra container may set (restartPolicy is the program's: it
+# makes a sidecar a sidecar).
+CONTAINER_FIELDS = (
+    "name", "image", "imagePullPolicy", "command", "args", "workingDir", "env", "envFrom", "ports", "resources",
+    "resizePolicy", "volumeMounts", "volumeDevices", "securityContext", "livenessProbe", "readinessProbe",
+    "startupProbe", "lifecycle", "terminationMessagePath", "terminationMessagePolicy", "stdin", "stdinOnce", "tty",
+)  # fmt: skip
+# The sources a Kubernetes Volume can have (exactly one per volume).
+VOLUME_SOURCES = (
+    "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "configMap", "csi", "downwardAPI",
+    "emptyDir", "ephemeral", "fc", "flexVolume", "flocker", "gcePersistentDisk", "gitRepo", "glusterfs",
+    "hostPath", "image", "iscsi", "nfs", "persistentVolumeClaim", "photonPersistentDisk", "portworxVolume",
+    "projected", "quobyte", "rbd", "scaleIO", "secret", "storageos", "vsphereVolume",
+)  # fmt: skip
+AbsolutePath = Annotated[
+    str, AfterValidator(_pattern(r"/[^\s:]*", "an absolute path without spaces or ':', e.g. /var/log/trainer"))
+]
+
+
+def _check_container(container: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(container) - set(CONTAINER_FIELDS))
+    if unknown:
+        raise _field_problem((unknown[0],), f"a Container field: {', '.join(CONTAINER_FIELDS)}", container[unknown[0]])
+    for field in ("name", "image"):
+        if not isinstance(container.get(field), str) or not container[field]:
+            raise _field_problem((field,), f"a {'DNS-1123 label' if field == 'name' else 'image reference'} (required)", container.get(field))
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", container["name"]):
+        raise _field_problem(("name",), "a DNS-1123 label: lowercase a-z, 0-9, '-', at most 63", container["name"])
+    return container
+
+
+def _check_volume(volume: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(volume.get("name"), str) or not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", volume["name"]):
+        raise _field_problem(("name",), "a DNS-1123 label: lowercase a-z, 0-9, '-', at most 63", volume.get("name"))
+    sources = sorted(set(volume) - {"name"})
+    if len(sources) != 1 or sources[0] not in VOLUME_SOURCES:
+        raise _field_problem(
+            tuple(sources[-1:]), f"exactly one volume source besides name: {', '.join(VOLUME_SOURCES)}", sources or None
+        )
+    return volume
+
+
+def _check_template_patch(patch: dict[str, Any]) -> dict[str, Any]:
+    from .pod_patch import owned_paths_in  # imported late: it imports this module
+
+    for path, why in owned_paths_in(patch):
+        raise _field_problem(path, why, _lookup(patch, path))
+    return patch
+
+
+_check_container.allowed = "a Kubernetes Container: name, image, and its other fields but restartPolicy"  # type: ignore[attr-defined]
+_check_volume.allowed = "a Kubernetes Volume: name and one source"  # type: ignore[attr-defined]
+_check_template_patch.allowed = "metadata and spec of a pod template, as a strategic-merge patch"  # type: ignore[attr-defined]
+ExtraContainer = Annotated[dict[str, Any], AfterValidator(_check_container)]
+ExtraVolume = Annotated[dict[str, Any], AfterValidator(_check_volume)]
+
+
+class ExtraMount(_Model):
+    name: DnsLabel = Field(description="A volume of pod.volumes (or the program's: datasets, outputs, models, dshm, tmp).")
+    mount_path: AbsolutePath = Field(description="Where it appears in the trainer container.")
+    read_only: bool = Field(False, description="Mount read-only.")
+    sub_path: Optional[Annotated[str, Field(min_length=1)]] = Field(None, description="A path inside the volume to mount instead of its root.")
+
+
+class PodConfig(_Model):
+    runtime_class_name: Optional[DnsSubdomain] = Field(
+        None, description="RuntimeClass of the pods, e.g. nvidia (unset: the cluster's default runtime)."
+    )
+    volumes: tuple[ExtraVolume, ...] = Field((), description="Extra pod volumes, as Kubernetes writes them: a name and one source.")
+    volume_mounts: tuple[ExtraMount, ...] = Field((), description="Extra mounts in the trainer container.")
+    init_containers: tuple[ExtraContainer, ...] = Field(
+        (), description="Containers that run to completion before the trainer starts, as Kubernetes writes them."
+    )
+    sidecars: tuple[ExtraContainer, ...] = Field(
+        (),
+        description="Containers that run beside the trainer for the pod's life (log shippers, bucket mounters): "
+        "native sidecars, init containers with restartPolicy Always (Kubernetes 1.29+).",
+    )
+    read_only_root_filesystem: bool = Field(
+        True, description="The trainer container's root filesystem is read-only; false where a GPU runtime hook must write to it."
+    )
+    template_patch: Optional[Annotated[dict[str, Any], AfterValidator(_check_template_patch)]] = Field(
+        None,
+        description="A strategic-merge patch of the pod template (metadata, spec) for anything else; "
+        "it may not touch what the program owns (see the README).",
+    )
+
+    @model_validator(mode="after")
+    def _names_are_unique_and_the_programs_are_kept(self) -> "PodConfig":
+        names = [volume["name"] for volume in self.volumes]
+        for index, name in enumerate(names):
+            if name in PROGRAM_VOLUMES or name in names[:index]:
+                raise _field_problem(
+                    ("volumes", index, "name"), f"a name not used by another volume ({', '.join(PROGRAM_VOLUMES)} are the program's)", name
+                )
+        known = set(names) | set(PROGRAM_VOLUMES)
+        paths = [mount.mount_path.rstrip("/") or "/" for mount in self.volume_mounts]
+        for index, mount in enumerate(self.volume_mounts):
+            if mount.name not in known:
+                raise _field_problem(("volumeMounts", index, "name"), "the name of a volume of pod.volumes or of the program's", mount.name)
+            if paths[index] in PROGRAM_MOUNT_PATHS or paths[index] in paths[:index]:
+                raise _field_problem(
+                    ("volumeMounts", index, "mountPath"),
+                    f"a path no other mount uses ({', '.join(PROGRAM_MOUNT_PATHS)} are the program's)", mount.mount_path,
+                )
+        containers = [("initContainers", i, c) for i, c in enumerate(self.init_containers)]
+        containers += [("sidecars", i, c) for i, c in enumerate(self.sidecars)]
+        if not containers:
+            return self
+        from .world import CONTAINER_NAME  # imported late: it imports this module
+
+        seen = {CONTAINER_NAME}
+        for key, index, container in containers:
+            if container["name"] in seen:
+                raise _field_problem((key, index, "name"), f"a name no other container has ({CONTAINER_NAME} is the trainer's)", container["name"])
+            seen.add(container["name"])
+            for mount_index, mount in enumerate(container.get("volumeMounts") or []):
+                if not isinstance(mount, dict) or mount.get("name") not in known:
+                    raise _field_problem(
+                        (key, index, "volumeMounts", mount_index, "name"), "the name of a volume of pod.volumes or of the program's",
+                        mount.get("name") if isinstance(mount, dict) else mount,
+                    )
+        return self
+
+
+def _lookup(document: Any, path: tuple[str | int, ...]) -> Any:
+    for part in path:
+        document = document[part]
+    return document
+
+
 class KubernetesConfig(_Model):
     render_dir: Optional[Annotated[str, Field(min_length=1)]] = Field(
         None,
@@ -398,6 +589,9 @@ class StackConfig(_Model):
     labels: dict[LabelKey, LabelValue] = Field({}, description="Extra labels on the workload's objects and pods (claims keep theirs).")
     annotations: dict[LabelKey, str] = Field({}, description="Extra annotations on the workload's objects and pods (claims keep theirs).")
     env: dict[EnvName, str] = Field({}, description="Extra container env; may use $(NAME) of the contract's variables.")
+    pod: PodConfig = Field(
+        PodConfig(), description="The escape hatch: runtime class, extra volumes and mounts, init containers, sidecars, a pod template patch."
+    )
     kubernetes: KubernetesConfig = Field(KubernetesConfig(), description="How the Kubernetes provider connects.")
 
     @property
@@ -504,6 +698,19 @@ def _cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
             problems.append(Problem(
                 _full_key(["shmSize"]), repr(valid["shmSize"]),
                 f"less than resources.limits.memory ({limit}): /dev/shm is memory and counts against it",
+            ))
+    if have("network", "resources"):
+        for name in valid["network"].rdma_resources:
+            if valid["network"].infiniband and name in valid["resources"].extended:
+                problems.append(Problem(
+                    _full_key(["resources", "extended", name]), repr(valid["resources"].extended[name]),
+                    "a resource not in network.rdmaResources (that key requests it already)",
+                ))
+    if have("network", "annotations") and valid["network"].secondary_networks:
+        if SECONDARY_NETWORKS_ANNOTATION in valid["annotations"]:
+            problems.append(Problem(
+                _full_key(["annotations", SECONDARY_NETWORKS_ANNOTATION]), repr(valid["annotations"][SECONDARY_NETWORKS_ANNOTATION]),
+                "no value here when network.secondaryNetworks is set (it writes this annotation)",
             ))
     if have("labels"):
         for key in valid["labels"]:

@@ -10,14 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from .config import NamespaceConfig, VolumeConfig
+from .pod_security import PRIVILEGED
 from .world import CONTAINER_NAME, MANAGED_BY, PART_OF, RENDEZVOUS_PORT_NAME, World
 
 
-def namespace_manifest(namespace: NamespaceConfig, restricted: bool) -> dict[str, Any]:
+def namespace_manifest(namespace: NamespaceConfig, pod_security: str) -> dict[str, Any]:
+    """`pod_security` is the strictest Pod Security Standard the pods meet (ddp_infra.pod_security):
+    enforcing it keeps it that way, and a workload object that would break it is warned about
+    when it is applied, not only when its pods are refused."""
     labels = {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/managed-by": MANAGED_BY}
-    if restricted:
-        # The pods meet the restricted Pod Security Standard; enforcing it keeps it that way.
-        labels["pod-security.kubernetes.io/enforce"] = "restricted"
+    if pod_security != PRIVILEGED:
+        labels["pod-security.kubernetes.io/enforce"] = pod_security
+        labels["pod-security.kubernetes.io/warn"] = pod_security
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace.name, "labels": labels}}
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from trainer import contract
 
-from .config import GPU_RESOURCE, StackConfig, parse_quantity
+from .pod_patch import apply_pod_extras
+from .config import GPU_RESOURCE, SECONDARY_NETWORKS_ANNOTATION, SHM_VOLUME, TMP_VOLUME, StackConfig, parse_quantity
 from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, RENDEZVOUS_PORT_NAME, World
 
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
@@ -20,7 +21,7 @@ ACCEPTED = {
     contract.STATEFULSET: "jsonpath={.status.observedGeneration}",
     contract.INDEXED_JOB: "jsonpath={.status.startTime}",
 }
-TMP_MOUNT = "/tmp"
+TMP_MOUNT = contract.TMP_MOUNT
 # Where a pod's own index comes from, per workload kind (the downward API reads it).
 NODE_RANK_FIELD = {
     contract.STATEFULSET: f"metadata.labels['{contract.POD_INDEX_LABEL}']",
@@ -89,6 +90,10 @@ def pod_env(config: StackConfig, world: World) -> list[dict[str, Any]]:
         contract.TORCH_NCCL_ASYNC_ERROR_HANDLING.name: {"value": _flag(config.network.async_error_handling)},
         contract.PET_RDZV_ENDPOINT.name: {"value": endpoint},
     }
+    if config.network.infiniband:
+        for var, value in ((contract.NCCL_IB_HCA, config.network.ib_hca), (contract.NCCL_IB_GID_INDEX, config.network.ib_gid_index)):
+            if value is not None:
+                sources[var.name] = {"value": str(value)}
     if config.storage.models is not None:
         sources[contract.MODELS_DIR.name] = {"value": contract.MODELS_MOUNT}
     if config.network.socket_ifname:
@@ -117,6 +122,8 @@ def _resources(config: StackConfig) -> dict[str, Any]:
     extended = dict(config.resources.extended)
     if config.gpus_per_node:
         extended[GPU_RESOURCE] = str(config.gpus_per_node)
+    if config.network.infiniband:  # the device plugin mounts /dev/infiniband only into pods that ask
+        extended.update({name: str(count) for name, count in config.network.rdma_resources.items()})
     return {"requests": {**requests, **extended}, "limits": {**limits, **extended}}
 
 
@@ -125,7 +132,7 @@ def _volume_mounts(config: StackConfig) -> list[dict[str, Any]]:
         {"name": role, "mountPath": VOLUME_MOUNTS[role], "readOnly": volume.access_mode == "ReadOnlyMany"}
         for role, volume in config.storage.volumes().items()
     ]
-    return mounts + [{"name": "dshm", "mountPath": contract.SHM_MOUNT}, {"name": "tmp", "mountPath": TMP_MOUNT}]
+    return mounts + [{"name": SHM_VOLUME, "mountPath": contract.SHM_MOUNT}, {"name": TMP_VOLUME, "mountPath": TMP_MOUNT}]
 
 
 def _volumes(config: StackConfig) -> list[dict[str, Any]]:
@@ -135,15 +142,12 @@ def _volumes(config: StackConfig) -> list[dict[str, Any]]:
     ]
     return claims + [
         # The default 64 MB /dev/shm kills DataLoader workers with bus errors.
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": config.shm_size}},
-        {"name": "tmp", "emptyDir": {}},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": config.shm_size}},
+        {"name": TMP_VOLUME, "emptyDir": {}},
     ]
 
 
 def container(config: StackConfig, world: World) -> dict[str, Any]:
-    capabilities: dict[str, Any] = {"drop": ["ALL"]}
-    if config.network.infiniband:
-        capabilities["add"] = ["IPC_LOCK"]  # RDMA pins memory; nothing else is added
     return {
         "name": CONTAINER_NAME,
         "image": config.image.name,
@@ -158,7 +162,10 @@ def container(config: StackConfig, world: World) -> dict[str, Any]:
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
             "runAsNonRoot": True,
-            "capabilities": capabilities,
+            # Nothing is added, not even IPC_LOCK for RDMA: a uid-1000 process gets no capability
+            # without ambient ones, so memory pinned for RDMA is bounded by the memlock limit the
+            # node's container runtime sets, whatever the pod asks.
+            "capabilities": {"drop": ["ALL"]},
         },
     }
 
@@ -211,9 +218,16 @@ def pod_template(config: StackConfig, world: World) -> dict[str, Any]:
         # Job pods get <job>-<index> as hostname; the subdomain gives them the DNS name MASTER_ADDR uses.
         spec["subdomain"] = world.service_name
     metadata: dict[str, Any] = {"labels": world.labels(CONTAINER_NAME)}
-    if world.extra_annotations:
-        metadata["annotations"] = dict(world.extra_annotations)
-    return {"metadata": metadata, "spec": spec}
+    annotations = {**world.extra_annotations, **pod_network_annotations(config)}
+    if annotations:
+        metadata["annotations"] = annotations
+    return apply_pod_extras({"metadata": metadata, "spec": spec}, config)
+
+
+def pod_network_annotations(config: StackConfig) -> dict[str, str]:
+    """Multus attaches the secondary networks (an InfiniBand or RoCE rail) named here to each pod."""
+    networks = config.network.secondary_networks
+    return {SECONDARY_NETWORKS_ANNOTATION: ",".join(networks)} if networks else {}
 
 
 def workload_metadata(config: StackConfig, world: World) -> dict[str, Any]:

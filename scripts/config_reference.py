@@ -80,8 +80,8 @@ def _default_text(field: Any) -> str:
         return ""
     if isinstance(default, bool):
         return f"`{str(default).lower()}`"
-    if isinstance(default, tuple):
-        return f"`{json.dumps(list(default))}`"
+    if isinstance(default, (tuple, dict)):
+        return f"`{json.dumps(list(default) if isinstance(default, tuple) else default)}`"
     return f"`{default}`"
 
 

@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""Runs `pulumi preview --diff` for one stack and prints it as a pull-request comment in markdown.
+"""Runs `pulumi preview --json` for one stack and prints it as a pull-request comment in markdown.
 
     scripts/preview_diff.py --stack prod [--cwd DIR] [--fold-lines N]
+    scripts/preview_diff.py --stack prod --from-json preview.json   (a preview already made)
     make preview-diff STACK=prod
 
 The comment starts with a hidden marker line, `<!-- ddp-infra-preview:<stack> -->`, by which the
 CI workflow finds and updates its own comment for the stack. Then come the counts of the preview's
-operations, a warning when anything would be replaced or deleted (a PersistentVolumeClaim above
-all: that loses data), and the diff itself, folded when long and cut to fit GitHub's comment limit.
+operations (the engine's `changeSummary`), a warning when anything would be replaced or deleted,
+louder for a PersistentVolumeClaim or a Namespace (that loses data), protected or not, and the
+changes themselves, one resource per step with the properties that change, folded when long and
+cut to fit GitHub's comment limit.
 
-The CLI masks secrets in what it prints, and this script never asks it for plaintext
-(no --show-secrets). The counts and the operations come from the same text the reviewer reads
-(the `Resources:` summary and each resource's `(operation)`), so they can never disagree with it.
+Everything comes from the engine's steps as data (op, urn, old and new state, detailedDiff), not
+from the text the CLI prints, so a protected resource's lock sign or a new column in the CLI's
+output cannot hide a replacement. The engine writes secrets as "[secret]" in that JSON, and this
+script never asks it for plaintext (no --show-secrets).
 
 Exit status: 0 when the preview succeeded; otherwise the preview's own status (or 1), with the
 error in the markdown.
@@ -20,6 +24,7 @@ error in the markdown.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -27,6 +32,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 MARKER_PREFIX = "ddp-infra-preview"
 GITHUB_COMMENT_LIMIT = 65536
@@ -35,33 +41,67 @@ DEFAULT_TIMEOUT_S = 1200
 # The operations the summary always shows, in this order; others follow when they occur.
 SUMMARY_OPS = ("create", "update", "replace", "delete", "same")
 # Engine step operations that destroy an existing resource, by what the warning calls them
-# (one replacement shows up as several steps).
+# (`pulumi preview --json` shows a replacement as one `replace` step; with
+# --show-replacement-steps its parts appear too).
 DESTRUCTIVE_OPS = {
     "replace": "replace", "create-replacement": "replace", "delete-replaced": "replace",
     "discard-replaced": "replace", "import-replacement": "replace", "delete": "delete", "discard": "delete",
 }  # fmt: skip
 PVC_TYPE = "kubernetes:core/v1:PersistentVolumeClaim"
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-# Pulumi's diff starts each changed line with a mark: two characters ("+-" replace, "++" create
-# replacement, "--" delete replaced) or one and a space ("+ ", "- ", "~ "). GitHub colours a
-# ```diff block by the first column only, so the mark is repeated there: + green, - red, ! orange.
-TWO_CHARACTER_MARKS = {"+-": "-", "++": "+", "--": "-"}
-ONE_CHARACTER_MARKS = {"+": "+", "-": "-", "~": "!"}
+NAMESPACE_TYPE = "kubernetes:core/v1:Namespace"
+# Deleting these loses data: a claim its volume, a namespace every claim in it.
+DATA_TYPES = (PVC_TYPE, NAMESPACE_TYPE)
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+# How a step and a property change are written, as the CLI writes them, and the first-column mark
+# GitHub colours in a ```diff block: + green, - red, ! orange.
+OP_SYMBOLS = {
+    "create": "+ ", "update": "~ ", "delete": "- ", "replace": "+-", "create-replacement": "++",
+    "delete-replaced": "--", "discard": "- ", "discard-replaced": "--", "import": "= ", "import-replacement": "=>",
+}  # fmt: skip
+DIFF_KINDS = {"add": "+", "delete": "-", "update": "~"}
+COLUMN_MARKS = {"+-": "-", "++": "+", "--": "-", "=>": "+", "+": "+", "-": "-", "~": "!"}
+VALUE_WIDTH = 120
+SECRET = "[secret]"  # what `pulumi preview --json` writes for every secret value
 
 
 def marker(stack: str) -> str:
     return f"<!-- {MARKER_PREFIX}:{stack} -->"
 
 
+@dataclass(frozen=True)
+class Destroyed:
+    """A resource a step replaces or deletes."""
+
+    op: str  # replace or delete
+    resource: str  # "Type name"
+    protected: bool  # protected before this change
+    unprotected_now: bool  # ... and this change removes the protection
+    retained: bool = False  # retainOnDelete: Pulumi forgets it, the cluster keeps it
+
+    @property
+    def holds_data(self) -> bool:
+        return self.resource.startswith(DATA_TYPES)
+
+    def line(self) -> str:
+        note = ""
+        if self.unprotected_now:
+            note = " (protected until now: this change removes `protect`)"
+        elif self.protected:
+            note = " (protected: the update will fail unless protection is removed)"
+        if self.retained and self.op == "delete":
+            note += " (retainOnDelete: left in the cluster, no longer managed)"
+        return f"> - `{self.resource}`: {self.op}{note}"
+
+
 @dataclass
 class Preview:
-    """What one `pulumi preview --diff` run produced."""
+    """What one `pulumi preview --json` run produced."""
 
     stack: str
     returncode: int
-    output: str  # the human diff, as a reviewer reads it in a terminal
+    output: str  # the changes, one resource a step, as the diff block shows them
     changes: dict[str, int] = field(default_factory=dict)  # operation -> number of resources
-    destroyed: list[tuple[str, str]] = field(default_factory=list)  # (replace or delete, "Type name")
+    destroyed: list[Destroyed] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -74,71 +114,155 @@ def run_preview(stack: str, cwd: Path, timeout_s: float, env: dict[str, str] | N
     pulumi = shutil.which("pulumi", path=(env or os.environ).get("PATH"))
     if pulumi is None:
         return Preview(stack, 127, "", errors=["the `pulumi` CLI is not on PATH: run `make setup`, then `make preview-diff`"])
-    command = [pulumi, "preview", "--diff", "--stack", stack, "--non-interactive", "--color", "never"]
+    command = [pulumi, "preview", "--json", "--stack", stack, "--non-interactive"]
     try:
         done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as expired:
-        output = _text(expired.stdout) + _text(expired.stderr)
-        return Preview(stack, 124, output, errors=[f"`pulumi preview` did not finish within {timeout_s:.0f} s"])
+    except subprocess.TimeoutExpired:
+        return Preview(stack, 124, "", errors=[f"`pulumi preview` did not finish within {timeout_s:.0f} s"])
     return parse_preview(stack, done.returncode, done.stdout, done.stderr)
 
 
-def _text(captured: str | bytes | None) -> str:
-    if isinstance(captured, bytes):
-        return captured.decode(errors="replace")
-    return captured or ""
-
-
-# The lines of `pulumi preview --diff` this script reads; everything else is passed on as it is.
-RESOURCE_LINE = re.compile(r"^\s*(?:[-+~<>=]{1,2} ?)?(?P<type>[^\s:]+:[^\s:]*:[^\s:]+): \((?P<op>[a-z-]+)\)$")
-URN_LINE = re.compile(r"^\s*\[urn=(?P<urn>[^\]]+)\]$")
-SUMMARY_CHANGE = re.compile(r"^\s*(?:[-+~<>=]{1,2} ?)?(?P<count>\d+) to (?P<op>[a-z -]+)$")
-SUMMARY_UNCHANGED = re.compile(r"^\s*(?:\d+ changes?\. )?(?P<count>\d+) unchanged$")
-
-
-def parse_preview(stack: str, returncode: int, stdout: str, stderr: str) -> Preview:
-    """What the human diff says: each resource's operation, the summary's counts, the errors."""
-    output = ANSI_ESCAPE.sub("", stdout + ("\n" + stderr if stderr.strip() else ""))
-    preview = Preview(stack, returncode, output)
-    lines = output.splitlines()
-    destroyed: dict[str, str] = {}  # resource -> replace or delete
-    section = None
-    for index, line in enumerate(lines):
-        if line in ("Resources:", "Diagnostics:", "Outputs:"):
-            section = line
-        elif section is None and (resource := RESOURCE_LINE.match(line)):
-            if resource["op"] in DESTRUCTIVE_OPS:
-                urns = [m["urn"] for m in map(URN_LINE.match, lines[index + 1 : index + 3]) if m]
-                destroyed[_resource_name(urns[0]) if urns else resource["type"]] = DESTRUCTIVE_OPS[resource["op"]]
-        elif section == "Resources:" and (change := SUMMARY_CHANGE.match(line)):
-            preview.changes[change["op"].strip()] = int(change["count"])
-        elif section == "Resources:" and (unchanged := SUMMARY_UNCHANGED.match(line)):
-            preview.changes["same"] = int(unchanged["count"])
-        elif section == "Diagnostics:" and line.lstrip().startswith("error: "):
-            preview.errors.append(_diagnostic(lines, index))
-    preview.destroyed = [(op, name) for name, op in destroyed.items()]
+def parse_preview(stack: str, returncode: int, stdout: str, stderr: str = "") -> Preview:
+    """The comment's content from `pulumi preview --json`'s document (and its exit status, stderr)."""
+    try:
+        digest = json.loads(stdout) if stdout.strip() else {}
+    except json.JSONDecodeError as error:
+        return Preview(stack, returncode or 1, stdout, errors=[f"`pulumi preview --json` printed no JSON ({error})", stderr.strip()])
+    preview = Preview(stack, returncode, "")
+    preview.changes = {op: count for op, count in (digest.get("changeSummary") or {}).items() if count}
+    steps = [step for step in digest.get("steps") or [] if _shown(step)]
+    preview.output = "\n".join(line for step in steps for line in _step_lines(step))
+    preview.destroyed = [_destroyed(step) for step in steps if step["op"] in DESTRUCTIVE_OPS]
+    preview.errors = [
+        diagnostic["message"].strip() for diagnostic in digest.get("diagnostics") or []
+        if diagnostic.get("severity") == "error"
+    ]  # fmt: skip
     if preview.failed and not preview.errors:
         preview.errors.append(stderr.strip() or f"`pulumi preview` exited with status {returncode}")
     return preview
 
 
-def _diagnostic(lines: list[str], index: int) -> str:
-    """The error on lines[index] and its continuation lines, up to a blank line, a line indented
-    less, or the next diagnostic."""
-    indent = len(lines[index]) - len(lines[index].lstrip())
-    message = [lines[index].strip()]
-    for line in lines[index + 1 :]:
-        stripped = line.lstrip()
-        if not stripped or len(line) - len(stripped) < indent or stripped.startswith(("error: ", "warning: ")):
-            break
-        message.append(line[indent:].rstrip())
-    return "\n".join(message)
+def _shown(step: dict[str, Any]) -> bool:
+    """Every step but an unchanged root stack (a `same` step is listed only when protection changes)."""
+    return not (step["op"] == "same" and _type(step["urn"]) == ROOT_STACK_TYPE)
+
+
+def _type(urn: str) -> str:
+    """`kubernetes:apps/v1:StatefulSet` from urn:pulumi:<stack>::<project>::<parent types>$<type>::<name>."""
+    return urn.split("::")[2].rsplit("$", 1)[-1]
 
 
 def _resource_name(urn: str) -> str:
-    """`Type name` from urn:pulumi:stack::project::parent$Type::name."""
-    _, _, qualified_type, name = urn.split("::", 3)
-    return f"{qualified_type.rsplit('$', 1)[-1]} {name}"
+    """`Type name` of a URN."""
+    return f"{_type(urn)} {urn.split('::', 3)[3]}"
+
+
+def _protect(step: dict[str, Any], state: str) -> bool:
+    return bool((step.get(state) or {}).get("protect"))
+
+
+def _destroyed(step: dict[str, Any]) -> Destroyed:
+    before, after = _protect(step, "oldState"), _protect(step, "newState")
+    retained = bool((step.get("oldState") or {}).get("retainOnDelete"))
+    return Destroyed(DESTRUCTIVE_OPS[step["op"]], _resource_name(step["urn"]), before, before and not after, retained)
+
+
+def _step_lines(step: dict[str, Any]) -> list[str]:
+    op = step["op"]
+    symbol = OP_SYMBOLS.get(op, "  ")
+    notes = []
+    before, after = _protect(step, "oldState"), _protect(step, "newState")
+    if before != after:
+        notes.append("protect removed" if before else "protect added")
+    elif after:
+        notes.append("protected")
+    head = f"{symbol}{_resource_name(step['urn'])}: ({op})" + (f" [{', '.join(notes)}]" if notes else "")
+    lines = [f"{_column_mark(symbol)} {head}"]
+    old = (step.get("oldState") or {}).get("inputs") or {}
+    new = (step.get("newState") or {}).get("inputs") or {}
+    detailed = step.get("detailedDiff")
+    if detailed:
+        for path, diff in sorted(detailed.items(), key=lambda item: _path_sort_key(item[0])):
+            kind = diff.get("kind", "update")
+            base = kind.removesuffix("-replace")
+            mark = DIFF_KINDS.get(base, "~")
+            text = _change_text(base, _value_at(old, path), _value_at(new, path))
+            forced = " (forces replacement)" if kind.endswith("-replace") else ""
+            lines.append(f"{COLUMN_MARKS[mark]}       {mark} {path}{_item_name(new, old, path)}: {text}{forced}")
+    else:
+        replace_reasons = set(step.get("replaceReasons") or [])
+        for key in step.get("diffReasons") or []:
+            forced = " (forces replacement)" if key in replace_reasons else ""
+            lines.append(f"!       ~ {key}{forced}")
+    return lines
+
+
+def _column_mark(symbol: str) -> str:
+    """GitHub colours a ```diff block by the first column only, so each line starts with its mark."""
+    return COLUMN_MARKS.get(symbol, COLUMN_MARKS.get(symbol[:1], " "))
+
+
+def _item_name(new: Any, old: Any, path: str) -> str:
+    """` (NNODES)` for a path into a list of named items (env, containers, volumes), else ''."""
+    parts = _path_parts(path)
+    for inputs in (new, old):
+        node, name = inputs, None
+        for part in parts:
+            if isinstance(part, int) and isinstance(node, list) and part < len(node):
+                node = node[part]
+                name = node.get("name") if isinstance(node, dict) else name
+            elif isinstance(part, str) and isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                break
+        if isinstance(name, str):
+            return f" ({name})"
+    return ""
+
+
+_MISSING = object()
+_PATH_PART = re.compile(r'\.?([A-Za-z_$][\w$-]*)|\[(\d+)\]|\["((?:[^"\\]|\\.)*)"\]')
+
+
+def _path_parts(path: str) -> list[str | int]:
+    """A detailedDiff property path (`spec.template.spec.containers[0].env[3].value`,
+    `metadata.labels["app.kubernetes.io/name"]`) as keys and indexes."""
+    parts: list[str | int] = []
+    for match in _PATH_PART.finditer(path):
+        name, index, quoted = match.groups()
+        parts.append(int(index) if index is not None else name if name is not None else json.loads(f'"{quoted}"'))
+    return parts
+
+
+def _path_sort_key(path: str) -> list[tuple[int, str | int]]:
+    return [(0, part) if isinstance(part, int) else (1, part) for part in _path_parts(path)]
+
+
+def _value_at(inputs: Any, path: str) -> Any:
+    node = inputs
+    for part in _path_parts(path):
+        if node == SECRET:  # the engine masks a secret value whole
+            return SECRET
+        if isinstance(part, int) and isinstance(node, list) and part < len(node):
+            node = node[part]
+        elif isinstance(part, str) and isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return _MISSING
+    return node
+
+
+def _shown_value(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True) if not isinstance(value, (int, float)) or isinstance(value, bool) else str(value)
+    return text if len(text) <= VALUE_WIDTH else text[: VALUE_WIDTH - 3] + "..."
+
+
+def _change_text(kind: str, old: Any, new: Any) -> str:
+    if kind == "add" or old is _MISSING:
+        return _shown_value(new) if new is not _MISSING else "(added)"
+    if kind == "delete" or new is _MISSING:
+        return f"{_shown_value(old)} (removed)"
+    return f"{_shown_value(old)} => {_shown_value(new)}"
 
 
 def _fence(text: str, info: str = "") -> str:
@@ -147,36 +271,22 @@ def _fence(text: str, info: str = "") -> str:
     return f"{ticks}{info}\n{text}\n{ticks}"
 
 
-def as_diff_block(output: str) -> str:
-    """The CLI's diff with its change marks repeated in the first column, which GitHub colours."""
-    lines = []
-    for line in ANSI_ESCAPE.sub("", output).rstrip().splitlines():
-        stripped = line.lstrip()
-        if stripped[:2] in TWO_CHARACTER_MARKS:
-            mark = TWO_CHARACTER_MARKS[stripped[:2]]
-        elif stripped[1:2] == " ":
-            mark = ONE_CHARACTER_MARKS.get(stripped[:1], " ")
-        else:
-            mark = " "
-        lines.append(f"{mark}{line}")
-    return "\n".join(lines)
-
-
 def summary_line(changes: dict[str, int]) -> str:
     ops = list(SUMMARY_OPS) + sorted(op for op in changes if op not in SUMMARY_OPS)
     return "**" + " · ".join(f"{op} {changes.get(op, 0)}" for op in ops) + "**"
 
 
-def warning_lines(destroyed: list[tuple[str, str]]) -> list[str]:
+def warning_lines(destroyed: list[Destroyed]) -> list[str]:
     if not destroyed:
         return []
-    volumes = [name for _, name in destroyed if name.startswith(PVC_TYPE)]
+    data = [entry for entry in destroyed if entry.holds_data]
     lines = [
         "> [!CAUTION]",
         f"> **{len(destroyed)} resource(s) would be replaced or deleted.**"
-        + (f" **{len(volumes)} of them hold data (PersistentVolumeClaim): their volumes would be lost.**" if volumes else ""),
+        + (f" **{len(data)} of them hold data (PersistentVolumeClaim or Namespace): what they hold would be lost.**" if data else ""),
     ]
-    lines += [f"> - `{name}`: {op}" for op, name in destroyed]
+    # the ones that hold data first
+    lines += [entry.line() for entry in sorted(destroyed, key=lambda entry: not entry.holds_data)]
     return lines
 
 
@@ -191,7 +301,7 @@ def render_markdown(preview: Preview, fold_lines: int = DEFAULT_FOLD_LINES, limi
         head += [summary_line(preview.changes), ""]
     if warnings := warning_lines(preview.destroyed):
         head += warnings + [""]
-    diff = as_diff_block(preview.output)
+    diff = preview.output.rstrip()
     line_count = diff.count("\n") + 1 if diff else 0
     folded = preview.failed or line_count > fold_lines
     opening = [f"<details><summary>Diff ({line_count} lines)</summary>", ""] if folded else []
@@ -220,8 +330,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cwd", type=Path, default=Path(__file__).resolve().parent.parent, help="the project directory")
     parser.add_argument("--fold-lines", type=int, default=DEFAULT_FOLD_LINES, help="fold diffs longer than this")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds the preview may take")
+    parser.add_argument("--from-json", type=Path, metavar="FILE", help="render this `pulumi preview --json` output instead of running one")
+    parser.add_argument("--status", type=int, default=0, help="with --from-json: the exit status of that preview")
     args = parser.parse_args(argv)
-    preview = run_preview(args.stack, args.cwd, args.timeout)
+    if args.from_json:
+        preview = parse_preview(args.stack, args.status, args.from_json.read_text())
+    else:
+        preview = run_preview(args.stack, args.cwd, args.timeout)
     sys.stdout.write(render_markdown(preview, args.fold_lines))
     return (preview.returncode or 1) if preview.failed else 0
 

@@ -19,6 +19,7 @@ from ddp_infra import workload
 from ddp_infra.world import World as InfraWorld
 from trainer import contract
 from trainer.launch import torchrun_argv
+from trainer.preflight import FAIL, OK, check_infiniband
 from trainer.world import WorldError, resolve_world
 
 _FIELD_PATH = re.compile(r"metadata\.(?P<kind>labels|annotations)\['(?P<key>[^']+)'\]")
@@ -145,3 +146,20 @@ def test_workers_get_the_grace_period_less_a_margin_to_checkpoint(grace, shutdow
     seen = resolve_world(kubelet_env(workload.pod_env(parsed, world), pod, {}), hostname)
     assert seen.shutdown_timeout == shutdown
     assert f"--shutdown-timeout={shutdown}" in torchrun_argv(seen, list(parsed.run.args))
+
+
+@pytest.mark.parametrize("stack, asked", [("prod", True), ("dev", False)])
+def test_infiniband_asked_for_by_the_program_is_checked_by_the_trainers_preflight(stack, asked, tmp_path):
+    parsed, world = configured(stack, **({"network__ibGidIndex": "3"} if asked else {}))
+    pod, _ = pod_of(world, 1)
+    env = kubelet_env(workload.pod_env(parsed, world), pod, {})
+    missing = check_infiniband(env, str(tmp_path / "infiniband"))
+    assert (missing.status == FAIL) == asked, missing
+    if asked:
+        assert (env[contract.NCCL_IB_HCA.name], env[contract.NCCL_IB_GID_INDEX.name]) == (parsed.network.ib_hca, "3")
+        (tmp_path / "infiniband").mkdir()
+        (tmp_path / "infiniband" / "uverbs0").touch()
+        present = check_infiniband(env, str(tmp_path / "infiniband"))
+        assert present.status == OK and parsed.network.ib_hca in present.detail
+    else:
+        assert contract.NCCL_IB_HCA.name not in env and contract.NCCL_IB_GID_INDEX.name not in env

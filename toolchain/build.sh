@@ -3,7 +3,8 @@
 # them this project's machines reach), into a versioned cache outside the repository:
 #   - the Pulumi CLI and its Python language host, at the `pulumi==` pin of requirements.txt;
 #   - the Kubernetes resource provider, at the `pulumi-kubernetes==` pin, installed as a plugin;
-#   - kube-apiserver and etcd, a real API server for tests (toolchain/apiserver.py).
+#   - kube-apiserver and etcd, a real API server for tests (toolchain/apiserver.py);
+#   - actionlint, the linter the tests run on .github/workflows.
 # Each component is built in a temporary directory and renamed into place when complete, so an
 # interrupted build never looks done; a second run only checks and takes about a second.
 # A component whose module the proxy refuses is reported (UNAVAILABLE) and skipped without failing
@@ -31,6 +32,8 @@ kube_version=1.33.13
 etcd_version=3.5.21
 # Cluster DNS for the test cluster (its `kubernetes` plugin serves cluster.local).
 coredns_version=1.14.7
+# The GitHub Actions workflow linter.
+actionlint_version=1.7.12
 
 bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version
 if [ "${1:-}" = --bin-dir ]; then
@@ -48,6 +51,7 @@ provider_dir=$cache/pulumi-resource-kubernetes-v$kubernetes_version
 kubernetes_dir=$cache/kubernetes-v$kube_version
 etcd_dir=$cache/etcd-v$etcd_version
 coredns_dir=$cache/coredns-v$coredns_version
+actionlint_dir=$cache/actionlint-v$actionlint_version
 logs=$cache/logs
 mkdir -p "$bin_dir" "$logs"
 
@@ -141,6 +145,12 @@ build_coredns() {
   wrapped_build coredns github.com/coredns/coredns "github.com/coredns/coredns@v$coredns_version" ""
 }
 
+build_actionlint() {
+  export CGO_ENABLED=0
+  wrapped_build actionlint github.com/rhysd/actionlint/cmd/actionlint "github.com/rhysd/actionlint@v$actionlint_version" "" \
+    -ldflags "-X github.com/rhysd/actionlint.version=$actionlint_version"
+}
+
 # A Pulumi CLI of the pinned version installed elsewhere (not one of ours) is used as it is.
 external_pulumi() {
   local p
@@ -202,6 +212,8 @@ component kubernetes "$kubernetes_dir" build_kubernetes
 for b in "${kubernetes_binaries[@]}"; do link "$kubernetes_dir/$b" "$b"; done
 component coredns "$coredns_dir" build_coredns
 link "$coredns_dir/coredns" coredns
+component actionlint "$actionlint_dir" build_actionlint
+link "$actionlint_dir/actionlint" actionlint
 
 # The engine takes the provider from its plugin directory, so it never tries to download one.
 if [ -x "$bin_dir/pulumi" ] && [ -x "$provider_dir/pulumi-resource-kubernetes" ]; then

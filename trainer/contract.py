@@ -29,6 +29,10 @@ DATA_MOUNT = "/data"
 OUT_MOUNT = "/out"
 MODELS_MOUNT = "/models"
 SHM_MOUNT = "/dev/shm"
+# The image's writable directory (and HOME) on a read-only root filesystem.
+TMP_MOUNT = "/tmp"
+# Where the RDMA device plugin puts the InfiniBand verbs devices (uverbs*, rdma_cm) in a pod.
+INFINIBAND_DEVICES = "/dev/infiniband"
 
 # Workload kinds, as WORKLOAD_KIND carries them.
 STATEFULSET = "statefulset"
@@ -102,7 +106,11 @@ GPUS_PER_NODE = EnvVar("GPUS_PER_NODE", "nvidia.com/gpu the pod asked for; 0 on 
 # --- network -------------------------------------------------------------------------------
 NCCL_SOCKET_IFNAME = EnvVar("NCCL_SOCKET_IFNAME", "interface NCCL binds; chosen by the preflight if unset", required=False)
 GLOO_SOCKET_IFNAME = EnvVar("GLOO_SOCKET_IFNAME", "interface Gloo binds; chosen by the preflight if unset", required=False)
-NCCL_IB_DISABLE = EnvVar("NCCL_IB_DISABLE", "1 turns InfiniBand off", required=False)
+NCCL_IB_DISABLE = EnvVar(
+    "NCCL_IB_DISABLE", "1 turns InfiniBand off; 0 asks for it, and the preflight then needs /dev/infiniband", required=False
+)
+NCCL_IB_HCA = EnvVar("NCCL_IB_HCA", "the InfiniBand HCAs NCCL may use, e.g. mlx5 or =mlx5_0:1 (unset: all)", required=False)
+NCCL_IB_GID_INDEX = EnvVar("NCCL_IB_GID_INDEX", "the GID index NCCL uses on RoCE (unset: NCCL's default)", required=False)
 NCCL_DEBUG = EnvVar("NCCL_DEBUG", "NCCL log level", required=False)
 TORCH_NCCL_ASYNC_ERROR_HANDLING = EnvVar(
     "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1: a failed collective aborts instead of hanging", required=False

@@ -14,7 +14,7 @@ import sys
 from typing import Mapping
 
 from trainer import contract as c
-from trainer.preflight import FAIL, OK, Check, check_gpus, check_shm, preflight
+from trainer.preflight import FAIL, OK, Check, check_gpus, check_infiniband, check_shm, preflight
 from trainer.world import WorldError, resolve_world
 
 SECRETS = {c.HF_TOKEN.name, c.HUGGINGFACE_HUB_TOKEN.name}
@@ -48,7 +48,7 @@ def diagnose(env: Mapping[str, str], hostname: str, wait_s: float) -> list[Check
     except WorldError as exc:
         print(f"[DIAG] {exc}")
         checks = [Check("pod env", FAIL, f"{len(exc.problems)} problem(s), listed above", "fix the pod env (see trainer/contract.py)")]
-        checks += [check_shm(), check_gpus(None, 1, env=env)]
+        checks += [check_shm(), check_gpus(None, 1, env=env), check_infiniband(env)]
     else:
         print(world.summary())
         checks = [Check("pod env", OK, f"{world.scheme} scheme, node rank from {world.rank_source}")]

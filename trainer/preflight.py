@@ -1,4 +1,5 @@
-"""Checks run before torchrun starts: the master is reachable, the network and /dev/shm are usable.
+"""Checks run before torchrun starts: the master is reachable, the network and /dev/shm are usable,
+the GPUs and the InfiniBand devices the pod asked for are there.
 
 Each check returns a Check that says what was looked at and, when it is not ok, what to do next.
 Standard library only: it runs before torch is imported.
@@ -238,6 +239,28 @@ def check_gpus(gpus_per_node: int | None, nproc_per_node: int, dev_dir: str = "/
     return Check("GPUs", OK, f"{seen} visible for {nproc_per_node} process(es)")
 
 
+def check_infiniband(env: Mapping[str, str], dev_dir: str = c.INFINIBAND_DEVICES) -> Check:
+    """When the pod env asks for InfiniBand, its verbs devices must be there: without them NCCL
+    falls back to sockets, silently under NCCL_DEBUG=WARN, and runs many times slower."""
+    if env.get(c.NCCL_IB_DISABLE.name) != "0":
+        return Check("InfiniBand", OK, f"not asked for ({c.NCCL_IB_DISABLE.name}={env.get(c.NCCL_IB_DISABLE.name, '(unset)')})")
+    asked = f"{c.NCCL_IB_DISABLE.name}=0 asks for InfiniBand"
+    advice = (
+        "the pod got no RDMA device: check that the stack requests the RDMA device plugin's resource "
+        "(network.rdmaResources, e.g. rdma/hca_shared_devices_a: 1) and that the plugin runs on this node "
+        "(`kubectl describe node` lists the resource under Allocatable); "
+        "or set network.infiniband: false to train over sockets"
+    )
+    path = Path(dev_dir)
+    if not path.is_dir():
+        return Check("InfiniBand", FAIL, f"{asked} but {dev_dir} is missing", advice)
+    verbs = sorted(entry.name for entry in path.iterdir() if re.fullmatch(r"uverbs[0-9]+", entry.name))
+    if not verbs:
+        return Check("InfiniBand", FAIL, f"{asked} but {dev_dir} has no uverbs device", advice)
+    hca = env.get(c.NCCL_IB_HCA.name)
+    return Check("InfiniBand", OK, f"{dev_dir}: {', '.join(verbs)}" + (f"; {c.NCCL_IB_HCA.name}={hca}" if hca else ""))
+
+
 def _mib(size: int) -> str:
     return f"{size / (1 << 20):.0f} MiB"
 
@@ -266,6 +289,7 @@ def preflight(world: World, env: Mapping[str, str], wait_s: float, log: Callable
     checks += [address_check, interface]
     checks.append(check_shm(expected=_optional_int(env.get(c.SHM_SIZE_BYTES.name))))
     checks.append(check_gpus(_optional_int(env.get(c.GPUS_PER_NODE.name)), world.nproc_per_node, env=env))
+    checks.append(check_infiniband(env))
     return Preflight(checks, settings, local_addr)
 
 

@@ -20,15 +20,15 @@ class TrainingNamespaceArgs:
     # so the namespace is kept and protected exactly when a claim in it is.
     retain_on_delete: bool
     protect: bool
-    # The restricted Pod Security Standard is enforced unless the pods need a capability it forbids.
-    restricted: bool
+    # The strictest Pod Security Standard the pods meet, which the namespace enforces.
+    pod_security: str
     retained_provider: pulumi.ProviderResource
 
 
 class TrainingNamespace(Component):
     def __init__(self, name: str, args: TrainingNamespaceArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Namespace", name, opts)
-        manifest = namespace_manifest(args.namespace, args.restricted)
+        manifest = namespace_manifest(args.namespace, args.pod_security)
         self.namespace = k8s.core.v1.Namespace(
             name,
             metadata=manifest["metadata"],

@@ -8,6 +8,8 @@ from typing import Any, Optional
 import pulumi
 
 from ..config import StackConfig
+from ..pod_security import pod_security_level
+from ..workload import pod_template
 from ..world import World
 from .base import Component
 from .guardrails import Guardrails, GuardrailsArgs
@@ -39,7 +41,7 @@ class DdpTrainingStack(Component):
                     namespace=config.namespace,
                     retain_on_delete=any(volume.retain_on_delete for volume in created_claims),
                     protect=any(volume.protect for volume in created_claims),
-                    restricted=not config.network.infiniband,
+                    pod_security=pod_security_level(pod_template(config, world)["spec"]),
                     retained_provider=args.retained_provider,
                 ),
                 opts=pulumi.ResourceOptions(parent=self),

@@ -58,7 +58,7 @@ def test_the_token_is_stored_encrypted_in_the_stack_file(secret_run):
 
 
 def test_the_token_never_appears_in_what_the_cli_prints(secret_run):
-    for command in ("pulumi preview --diff", "pulumi up --diff", "scripts/preview_diff.py"):
+    for command in ("pulumi preview --diff", "pulumi up --diff", "pulumi preview --json"):
         assert "[secret]" in secret_run.outputs[command], f"`{command}` does not show the Secret's data masked"
     for command, output in secret_run.outputs.items():
         assert output.strip(), f"{command} printed nothing"

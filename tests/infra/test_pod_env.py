@@ -30,7 +30,7 @@ def test_socket_interface_goes_to_nccl_and_gloo():
 @pytest.mark.parametrize("infiniband, disabled", [(True, "0"), (False, "1")])
 @pulumi.runtime.test
 def test_infiniband_switch(infiniband, disabled):
-    assert env_for(network__infiniband=infiniband)["NCCL_IB_DISABLE"]["value"] == disabled
+    assert env_for(network={"infiniband": infiniband})["NCCL_IB_DISABLE"]["value"] == disabled
 
 
 @pulumi.runtime.test

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from infra_harness import evaluated
+from infra_harness import evaluate, evaluated, stack_config_with
 from toolchain.apiserver import LocalApiServer
 from trainer import contract
 
@@ -30,6 +30,11 @@ def objects(stack: str, nodes: int, kind: str = contract.STATEFULSET) -> list[di
 
 
 def kubectl(api: LocalApiServer, *args: str, documents: list[dict[str, Any]] | None = None) -> str:
+    return kubectl_run(api, *args, documents=documents).stdout
+
+
+def kubectl_run(api: LocalApiServer, *args: str, documents: list[dict[str, Any]] | None = None) -> subprocess.CompletedProcess:
+    """kubectl's stdout and its stderr, where the API server's warnings land."""
     result = subprocess.run(
         ["kubectl", "--kubeconfig", api.kubeconfig, *args],
         # JSON, as the provider sends it: YAML written by PyYAML leaves strings such as 3e-3
@@ -38,15 +43,19 @@ def kubectl(api: LocalApiServer, *args: str, documents: list[dict[str, Any]] | N
         capture_output=True, text=True, timeout=KUBECTL_TIMEOUT,
     )  # fmt: skip
     assert result.returncode == 0, f"kubectl {' '.join(args)} failed:\n{result.stderr}"
-    return result.stdout
+    return result
 
 
 def apply(api: LocalApiServer, documents: list[dict[str, Any]], *flags: str) -> str:
+    return apply_run(api, documents, *flags).stdout
+
+
+def apply_run(api: LocalApiServer, documents: list[dict[str, Any]], *flags: str) -> subprocess.CompletedProcess:
     """Namespaces for real first (a server dry run of a namespaced object needs its namespace), then the rest."""
     namespaces = [doc for doc in documents if doc["kind"] == "Namespace"]
     if namespaces:
         kubectl(api, "apply", "-f", "-", documents=namespaces)
-    return kubectl(api, "apply", *flags, "-f", "-", documents=[doc for doc in documents if doc["kind"] != "Namespace"])
+    return kubectl_run(api, "apply", *flags, "-f", "-", documents=[doc for doc in documents if doc["kind"] != "Namespace"])
 
 
 def stored_versions(api: LocalApiServer, documents: list[dict[str, Any]]) -> dict[str, str]:
@@ -72,7 +81,40 @@ def test_the_api_server_admits_every_object(api, stack, kind):
 
 
 @pytest.mark.timeout(180)
-def test_scaling_a_deployed_world_changes_only_the_statefulset(api):
+@pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
+def test_the_prod_pods_meet_the_pod_security_level_their_namespace_enforces(api, kind):
+    """Prod with InfiniBand: the RDMA request passes admission and the pods meet `restricted`
+    (PodSecurity admission warns about a workload whose pods its namespace would refuse)."""
+    documents = objects("prod", 8, kind)
+    (namespace,) = [doc for doc in documents if doc["kind"] == "Namespace"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/warn"] == "restricted"
+    workload = next(doc for doc in documents if doc["kind"] in ("StatefulSet", "Job"))
+    assert "rdma/hca_shared_devices_a" in workload["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    done = apply_run(api, documents, "--dry-run=server")
+    assert "would violate PodSecurity" not in done.stderr, done.stderr
+    # the same check does speak: a capability added to the trainer is warned about
+    container = workload["spec"]["template"]["spec"]["containers"][0]
+    container["securityContext"]["capabilities"]["add"] = ["IPC_LOCK"]
+    done = apply_run(api, [workload], "--dry-run=server")
+    assert 'would violate PodSecurity "restricted:latest"' in done.stderr and "IPC_LOCK" in done.stderr, done.stderr
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
+def test_the_api_server_admits_the_escape_hatch(api, kind):
+    """Sidecars, init containers, extra volumes and a template patch: valid, and still restricted."""
+    from test_pod_escape_hatch import EVERYTHING
+
+    evaluation = evaluate(stack_config_with("prod", pod=EVERYTHING, workload__kind=kind), stack="prod")
+    assert evaluation.error is None, str(evaluation.error)
+    done = apply_run(api, evaluation.kubernetes_manifests, "--dry-run=server")
+    assert "would violate PodSecurity" not in done.stderr, done.stderr
+    workload = next(doc for doc in evaluation.kubernetes_manifests if doc["kind"] in ("StatefulSet", "Job"))
+    assert workload["metadata"]["name"] in done.stdout
+
+
+@pytest.mark.timeout(180)
+def test_scaling_a_deployed_world_changes_only_the_workload_and_its_budget(api):
     small, large = objects("dev", 2), objects("dev", 64)
     apply(api, small)
     before = stored_versions(api, small)
@@ -81,7 +123,8 @@ def test_scaling_a_deployed_world_changes_only_the_statefulset(api):
 
     assert before.keys() == after.keys()
     changed = {key for key in before if before[key] != after[key]}
-    assert changed == {"StatefulSet/trainer"}
+    # the budget's minAvailable is nodes - workload.maxUnavailable; no claim changes
+    assert changed == {"StatefulSet/trainer", "PodDisruptionBudget/trainer"}
     statefulset = json.loads(kubectl(api, "get", "statefulset", "trainer", "-n", "ddp-dev", "-o", "json"))
     assert statefulset["spec"]["replicas"] == 64
     env = {var["name"]: var.get("value") for var in statefulset["spec"]["template"]["spec"]["containers"][0]["env"]}

@@ -153,3 +153,26 @@ def test_those_names_put_pod_0_first_in_torchruns_rank_order():
         pods = [_NodeDesc(f"trainer-{i}.trainer-rdzv", rng.randrange(1, 1 << 22), 0) for i in range(nodes)]
         rng.shuffle(pods)
         assert sorted(pods)[0].addr == "trainer-0.trainer-rdzv"
+
+
+@pytest.mark.timeout(10)
+def test_infiniband_asked_for_without_its_devices_fails_with_the_next_step(tmp_path):
+    asked = {c.NCCL_IB_DISABLE.name: "0"}
+    missing = preflight.check_infiniband(asked, str(tmp_path / "infiniband"))
+    assert missing.status == FAIL
+    assert str(tmp_path / "infiniband") in missing.detail and f"{c.NCCL_IB_DISABLE.name}=0" in missing.detail
+    assert "network.rdmaResources" in missing.advice and "network.infiniband: false" in missing.advice
+    (tmp_path / "infiniband").mkdir()
+    (tmp_path / "infiniband" / "rdma_cm").touch()
+    no_verbs = preflight.check_infiniband(asked, str(tmp_path / "infiniband"))
+    assert no_verbs.status == FAIL and "uverbs" in no_verbs.detail
+    for name in ("uverbs0", "uverbs1"):
+        (tmp_path / "infiniband" / name).touch()
+    found = preflight.check_infiniband(asked, str(tmp_path / "infiniband"))
+    assert found.status == OK and "uverbs0, uverbs1" in found.detail
+
+
+@pytest.mark.timeout(10)
+def test_infiniband_not_asked_for_needs_no_devices(tmp_path):
+    for env in ({}, {c.NCCL_IB_DISABLE.name: "1"}):
+        assert preflight.check_infiniband(env, str(tmp_path / "absent")).status == OK
