@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import runpy
 
 import pulumi
@@ -92,3 +93,19 @@ def test_readme_config_reference_is_generated_from_the_model():
     assert reference.region(readme) == reference.table(), "run scripts/config_reference.py --write README.md"
     keys = [row[0] for row in reference.rows()]
     assert {"nodes", "storage.outputs.protect", "workload.waitForReady", "hfToken"} <= set(keys)
+
+
+@pulumi.runtime.test
+def test_the_provider_config_does_not_depend_on_kubeconfigs_path(monkeypatch, tmp_path):
+    """The SDK copies $KUBECONFIG into an explicit provider's inputs unless the program sets one:
+    the state would then depend on the machine and directory a command ran in."""
+    inputs = {}
+    for where in ("here", "there"):
+        monkeypatch.setenv("KUBECONFIG", str(tmp_path / where / "kubeconfig"))
+        inputs[where] = sorted(
+            (stack, provider.name, json.dumps(provider.inputs, sort_keys=True))
+            for stack in harness.STACKS
+            for provider in harness.evaluate(harness.stack_file_config(stack), stack=stack).of_type("pulumi:providers:kubernetes")
+        )
+    assert inputs["here"] == inputs["there"]
+    assert str(tmp_path) not in json.dumps(inputs), inputs
