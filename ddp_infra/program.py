@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import PurePosixPath
+from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -12,9 +13,12 @@ from .config import KubernetesConfig, StackConfig
 from .reachability import require_reachable_cluster
 from .world import World
 
+# Where, under the render directory, the namespace's manifest goes: before the provider's 1-manifest/.
+NAMESPACE_RENDER_SUBDIR = "0-namespace"
 
-def kubernetes_provider(config: KubernetesConfig) -> k8s.Provider:
-    """The provider every resource uses.
+
+def kubernetes_provider(config: KubernetesConfig, name: str = "k8s", render_subdir: str = "") -> k8s.Provider:
+    """The provider every resource uses (`name`, `render_subdir`: another one, see namespace_provider).
 
     With `kubernetes.renderDir` it writes manifests (Secrets base64-encoded, not encrypted)
     instead of touching a cluster. A relative renderDir is handed over as it is: the engine
@@ -27,7 +31,19 @@ def kubernetes_provider(config: KubernetesConfig) -> k8s.Provider:
     would copy $KUBECONFIG's path into the provider's inputs, and the state would then depend on
     where the command ran: a clone, a CI runner or another KUBECONFIG would diff the provider.
     """
-    return k8s.Provider("k8s", render_yaml_to_directory=config.render_dir, context=config.context, kubeconfig="")
+    render_dir = str(PurePosixPath(config.render_dir, render_subdir)) if config.render_dir else None
+    return k8s.Provider(name, render_yaml_to_directory=render_dir, context=config.context, kubeconfig="")
+
+
+def namespace_provider(config: KubernetesConfig) -> Optional[k8s.Provider]:
+    """In render mode, a provider of its own for the namespace, rendering under `0-namespace/`.
+
+    The provider names each manifest `<apiVersion>-<kind>-...yaml`, so in one directory the
+    namespace's file (`v1-namespace-...`) sorts after `apps_v1-statefulset-...`, and a first
+    `kubectl apply -R -f <renderDir>`, which applies files in name order, meets a namespace that
+    does not exist yet. `0-namespace/` sorts before the provider's `1-manifest/`.
+    """
+    return kubernetes_provider(config, "k8s-namespace", NAMESPACE_RENDER_SUBDIR) if config.render_dir else None
 
 
 def build(config: StackConfig) -> dict[str, Any]:
@@ -37,7 +53,7 @@ def build(config: StackConfig) -> dict[str, Any]:
     provider = kubernetes_provider(config.kubernetes)
     stack = DdpTrainingStack(
         "ddp",
-        DdpTrainingStackArgs(config=config, world=world),
+        DdpTrainingStackArgs(config=config, world=world, namespace_provider=namespace_provider(config.kubernetes)),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
     return stack.outputs

@@ -22,6 +22,8 @@ from .trainer import Trainer, TrainerArgs
 class DdpTrainingStackArgs:
     config: StackConfig
     world: World
+    # The provider of the namespace when it is not the stack's own (see program.namespace_provider).
+    namespace_provider: Optional[pulumi.ProviderResource] = None
 
 
 class DdpTrainingStack(Component):
@@ -39,7 +41,9 @@ class DdpTrainingStack(Component):
                     protect=any(volume.protect for volume in created_claims),
                     restricted=not config.network.infiniband,
                 ),
-                opts=pulumi.ResourceOptions(parent=self),
+                opts=pulumi.ResourceOptions(
+                    parent=self, providers=[args.namespace_provider] if args.namespace_provider else None
+                ),
             )
             in_namespace.append(self.namespace)
         else:

@@ -20,6 +20,7 @@ STATEFULSET = "kubernetes:apps/v1:StatefulSet"
 JOB = "kubernetes:batch/v1:Job"
 SERVICE = "kubernetes:core/v1:Service"
 PVC = "kubernetes:core/v1:PersistentVolumeClaim"
+NAMESPACE = "kubernetes:core/v1:Namespace"
 RECOMMENDED_LABELS = (
     "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
     "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by",
@@ -203,17 +204,20 @@ def test_outputs_describe_the_world(evaluation, stack, nodes, kind):
 
 @pulumi.runtime.test
 def test_every_object_is_wired_and_labelled(evaluation):
-    provider = evaluation.one("pulumi:providers:kubernetes")
+    providers = {r.urn: r for r in evaluation.of_type("pulumi:providers:kubernetes")}
+    stack_provider = evaluation.provider()
     components = {r.urn: r for r in evaluation.registered if not r.custom}
     assert all(r.type.startswith("ddp-infra:training:") for r in components.values())
     for resource in evaluation.registered:
         if not resource.type.startswith("kubernetes:"):
             continue
-        assert resource.provider.startswith(provider.urn), resource.name
+        # The namespace has a provider of its own only in render mode (program.namespace_provider).
+        expected = evaluation.provider("k8s-namespace") if resource.type == NAMESPACE and len(providers) == 2 else stack_provider
+        assert resource.provider.startswith(expected.urn), resource.name
         assert resource.parent in components, f"{resource.name} is not parented to a component"
         labels = resource.manifest["metadata"]["labels"]
         assert {"app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"} <= labels.keys()
-        if resource.type != PVC and resource.type != "kubernetes:core/v1:Namespace":
+        if resource.type not in (PVC, NAMESPACE):
             assert set(RECOMMENDED_LABELS) <= labels.keys(), resource.name
     pod_labels = evaluation.workload.manifest["spec"]["template"]["metadata"]["labels"]
     assert set(RECOMMENDED_LABELS) <= pod_labels.keys()

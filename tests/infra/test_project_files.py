@@ -70,11 +70,11 @@ def test_main_exports_the_outputs(stack):
 
 @pulumi.runtime.test
 def test_dev_renders_manifests_under_the_project_and_prod_applies_them():
-    dev_provider = harness.evaluate(harness.stack_file_config("dev")).one("pulumi:providers:kubernetes")
+    dev_provider = harness.evaluate(harness.stack_file_config("dev")).provider()
     # Relative, so a clone in another directory has the same provider config.
     assert dev_provider.inputs["renderYamlToDirectory"] == "rendered/dev"
     prod = harness.evaluate(harness.stack_file_config("prod"), stack="prod")
-    assert "renderYamlToDirectory" not in prod.one("pulumi:providers:kubernetes").inputs
+    assert "renderYamlToDirectory" not in prod.provider().inputs
 
 
 def config_reference():
@@ -109,3 +109,16 @@ def test_the_provider_config_does_not_depend_on_kubeconfigs_path(monkeypatch, tm
         )
     assert inputs["here"] == inputs["there"]
     assert str(tmp_path) not in json.dumps(inputs), inputs
+
+
+@pulumi.runtime.test
+def test_in_render_mode_the_namespace_renders_where_kubectl_applies_it_first():
+    """`kubectl apply -R -f` applies files in name order; the namespace must come before what is in it."""
+    evaluation = harness.evaluate(harness.stack_file_config("dev"))
+    namespace = evaluation.one("kubernetes:core/v1:Namespace")
+    own = evaluation.provider("k8s-namespace")
+    assert namespace.provider.startswith(own.urn)
+    assert own.inputs["renderYamlToDirectory"] == "rendered/dev/0-namespace"
+    assert "rendered/dev/0-namespace/1-manifest" < "rendered/dev/1-manifest"
+    prod = harness.evaluate(harness.stack_file_config("prod"), stack="prod")
+    assert [r.name for r in prod.of_type("pulumi:providers:kubernetes")] == ["k8s"], "one provider on a cluster"
