@@ -359,7 +359,7 @@ class KubernetesConfig(_Model):
     render_dir: Optional[Annotated[str, Field(min_length=1)]] = Field(
         None,
         description="Write manifests to this directory (relative to the project) instead of applying them. "
-        "They include Secrets in plain text: keep the directory out of git.",
+        "They include Secrets, base64-encoded (not encrypted): keep the directory out of git.",
     )
     context: Optional[Annotated[str, Field(min_length=1)]] = Field(None, description="kubeconfig context to use.")
 
