@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Annotated, Any, Callable, Literal, Optional
+from typing import Annotated, Any, Callable, Literal, Optional, get_args
 
 import pulumi
 from pulumi.runtime import config as runtime_config
@@ -556,7 +556,7 @@ class KubernetesConfig(_Model):
     render_dir: Optional[Annotated[str, Field(min_length=1)]] = Field(
         None,
         description="Write manifests to this directory (relative to the project) instead of applying them. "
-        "They include Secrets in plain text: keep the directory out of git.",
+        "They include Secrets, base64-encoded (not encrypted): keep the directory out of git.",
     )
     context: Optional[Annotated[str, Field(min_length=1)]] = Field(None, description="kubeconfig context to use.")
 
@@ -657,9 +657,47 @@ def _problems_from(error: ValidationError, prefix: list[str | int]) -> list[Prob
             given = "(not set)"
         else:
             given = _shown(detail["input"])
-        allowed = ctx.get("allowed") or re.sub(r"^(Input should be|Value error,)\s*", "", detail["msg"])
+        allowed = (
+            ctx.get("allowed")
+            or _integer_range(path, detail["type"])
+            or re.sub(r"^(Input should be|Value error,)\s*", "", detail["msg"])
+        )
         problems.append(Problem(_full_key(path), given, allowed))
     return problems
+
+
+# pydantic's errors for a value that is not an integer, or one out of the field's bounds.
+_INTEGER_ERRORS = {"int_parsing", "int_type", "int_from_float", "greater_than_equal", "less_than_equal"}
+
+
+def _integer_range(path: list[str | int], error_type: str) -> Optional[str]:
+    """`an integer from 1 to 1024` for any error of a bounded integer key: the whole range at once,
+    whether the value was not a number or out of bounds."""
+    field = _field_at(path) if error_type in _INTEGER_ERRORS else None
+    if field is None or field.annotation not in (int, Optional[int]):
+        return None
+    low = next((m.ge for m in field.metadata if hasattr(m, "ge")), None)
+    high = next((m.le for m in field.metadata if hasattr(m, "le")), None)
+    if low is None:
+        return None
+    return f"an integer from {low} to {high}" if high is not None else f"an integer from {low}"
+
+
+def _field_at(path: list[str | int]) -> Any:
+    """The model field a config path names (list indices skipped), or None."""
+    model: Any = StackConfig
+    field = None
+    for part in path:
+        if isinstance(part, int):
+            continue
+        fields = {f.alias or name: f for name, f in getattr(model, "model_fields", {}).items()}
+        field = fields.get(part)
+        if field is None:
+            return None
+        inner = [field.annotation, *get_args(field.annotation)]
+        inner += [arg for candidate in list(inner) for arg in get_args(candidate)]  # Optional[list[Model]]
+        model = next((t for t in inner if isinstance(t, type) and issubclass(t, BaseModel)), None)
+    return field
 
 
 _HF_TOKEN_KEY = StackConfig.model_fields["hf_token"].alias
@@ -669,6 +707,9 @@ _FIELD_ADAPTERS = {
     for field in StackConfig.model_fields.values()
     if field.alias != _HF_TOKEN_KEY
 }
+
+# Every key a stack may set, in the model's order (hfToken too, which is read apart as a secret).
+_ALL_KEYS = tuple(field.alias for field in StackConfig.model_fields.values())
 
 
 def _cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
@@ -740,7 +781,7 @@ def parse(raw: dict[str, Any], hf_token: Optional[pulumi.Output] = None) -> Stac
     problems: list[Problem] = []
     unknown = sorted(set(raw) - set(_FIELD_ADAPTERS))
     for key in unknown:
-        problems.append(Problem(_full_key([key]), _shown(raw[key]), f"a known key: {', '.join(_FIELD_ADAPTERS)}"))
+        problems.append(Problem(_full_key([key]), _shown(raw[key]), f"a known key: {', '.join(_ALL_KEYS)}"))
     valid: dict[str, Any] = {}
     for key, adapter in _FIELD_ADAPTERS.items():
         field = StackConfig.model_fields[_to_field_name(key)]

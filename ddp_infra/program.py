@@ -2,48 +2,83 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import PurePosixPath
+from typing import Any, Optional
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from .components import DdpTrainingStack, DdpTrainingStackArgs
 from .config import KubernetesConfig, StackConfig
+from .reachability import require_reachable_cluster
 from .world import World
 
+# Where, under the render directory, the namespace's manifest goes: before the provider's 1-manifest/.
+NAMESPACE_RENDER_SUBDIR = "0-namespace"
+RETAINED_RENDER_SUBDIR = "0-retained"
 
-def kubernetes_provider(config: KubernetesConfig, retained: bool = False) -> k8s.Provider:
-    """The provider of every object (`retained=True`: of the objects Pulumi keeps in the cluster on delete).
 
-    With `kubernetes.renderDir` it writes manifests (Secrets in plain text) instead of touching
-    a cluster. A relative renderDir is handed over as it is: the engine starts the provider in
-    the project directory, so it lands there, and a clone of the project in another directory
-    sees the same provider config (an absolute path would differ per clone and replace the
-    provider, and with it every resource). Switching render mode on or off replaces the
-    provider too.
+def kubernetes_provider(
+    config: KubernetesConfig, name: str = "k8s", render_subdir: str = "", upsert: bool = False
+) -> k8s.Provider:
+    """The provider every resource uses (other names: see retained_provider and namespace_provider).
 
-    The claims and the namespace that Pulumi keeps in the cluster on delete get a provider of their
-    own that takes over an object already there (`upsertExistingObjects`): after `pulumi destroy`,
-    the next `pulumi up` adopts the retained claims and the run resumes from their checkpoints. Only
+    With `kubernetes.renderDir` it writes manifests (Secrets base64-encoded, not encrypted)
+    instead of touching a cluster. A relative renderDir is handed over as it is: the engine
+    starts the provider in the project directory, so it lands there, and a clone of the project
+    in another directory sees the same provider config (an absolute path would differ per clone
+    and replace the provider, and with it every resource). Switching render mode on or off
+    replaces the provider too.
+
+    kubeconfig="": the provider reads $KUBECONFIG (or ~/.kube/config) itself. Left unset, the SDK
+    would copy $KUBECONFIG's path into the provider's inputs, and the state would then depend on
+    where the command ran: a clone, a CI runner or another KUBECONFIG would diff the provider.
+    """
+    render_dir = str(PurePosixPath(config.render_dir, render_subdir)) if config.render_dir else None
+    return k8s.Provider(
+        name, render_yaml_to_directory=render_dir, context=config.context, kubeconfig="",
+        upsert_existing_objects=True if upsert else None,
+    )  # fmt: skip
+
+
+def retained_provider(config: KubernetesConfig) -> k8s.Provider:
+    """The provider of the claims and the namespace that Pulumi keeps in the cluster on delete.
+
+    It takes over an object already there (`upsertExistingObjects`): after `pulumi destroy`, the
+    next `pulumi up` adopts the retained claims and the run resumes from their checkpoints. Only
     they get it, because Pulumi never deletes them: upserting an object that Pulumi later deletes
     under another resource name loses it. Every other object must not exist yet, so a second stack
     aimed at the same namespace fails with AlreadyExists instead of taking over the first's world.
+    In render mode it writes under `0-retained/`, which sorts before the provider's `1-manifest/`,
+    and in it the namespace's file before the claims' (`v1-namespace-…`, `v1-persistentvolumeclaim-…`).
     """
-    if retained:
-        return k8s.Provider(
-            "k8s-retained", render_yaml_to_directory=config.render_dir, context=config.context, upsert_existing_objects=True
-        )
-    return k8s.Provider("k8s", render_yaml_to_directory=config.render_dir, context=config.context)
+    return kubernetes_provider(config, "k8s-retained", RETAINED_RENDER_SUBDIR, upsert=True)
+
+
+def namespace_provider(config: KubernetesConfig) -> Optional[k8s.Provider]:
+    """In render mode, a provider of its own for a namespace that is not retained, under `0-namespace/`.
+
+    The provider names each manifest `<apiVersion>-<kind>-...yaml`, so in one directory the
+    namespace's file (`v1-namespace-...`) sorts after `apps_v1-statefulset-...`, and a first
+    `kubectl apply -R -f <renderDir>`, which applies files in name order, meets a namespace that
+    does not exist yet. `0-namespace/` sorts before the provider's `1-manifest/`.
+    """
+    return kubernetes_provider(config, "k8s-namespace", NAMESPACE_RENDER_SUBDIR) if config.render_dir else None
 
 
 def build(config: StackConfig) -> dict[str, Any]:
     """Register every resource of the stack; return the stack outputs."""
+    require_reachable_cluster(config.kubernetes, pulumi.get_stack())
     world = World.from_config(config, pulumi.get_project(), pulumi.get_stack())
     provider = kubernetes_provider(config.kubernetes)
-    retained = kubernetes_provider(config.kubernetes, retained=True)
     stack = DdpTrainingStack(
         "ddp",
-        DdpTrainingStackArgs(config=config, world=world, retained_provider=retained),
+        DdpTrainingStackArgs(
+            config=config,
+            world=world,
+            retained_provider=retained_provider(config.kubernetes),
+            namespace_provider=namespace_provider(config.kubernetes),
+        ),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
     return stack.outputs

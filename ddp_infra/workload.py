@@ -48,8 +48,19 @@ def shutdown_timeout(grace_period_seconds: int) -> int:
     return grace_period_seconds - min(10, grace_period_seconds // 4)
 
 
+# The contract's variables that only some stacks set.
+_OPTIONAL_ENV = frozenset(
+    var.name
+    for var in (
+        contract.MODELS_DIR, contract.NCCL_SOCKET_IFNAME, contract.GLOO_SOCKET_IFNAME,
+        contract.HF_TOKEN, contract.HUGGINGFACE_HUB_TOKEN,
+    )
+)
+
+
 def pod_env(config: StackConfig, world: World) -> list[dict[str, Any]]:
-    """The trainer container's env, in the order of `contract.ALL`, then HOME and the extra env.
+    """The trainer container's env: the variables every pod has in the order of `contract.ALL`,
+    HOME, the optional ones (also in that order), then the extra env.
 
     Every value comes from `world` or `config`, so NNODES, WORLD_SIZE, MASTER_ADDR and their
     torchrun PET_* mirrors cannot disagree. A mirror of a downward-API variable is written as
@@ -107,8 +118,14 @@ def pod_env(config: StackConfig, world: World) -> list[dict[str, Any]]:
         source = sources[original]
         sources[mirror] = {"value": source["value"]} if "value" in source else {"value": f"$({original})"}
 
-    env = [{"name": var.name, **sources[var.name]} for var in contract.ALL if var.name in sources]
+    # The provider diffs env lists by index: the variables every pod has come first and the
+    # optional ones (token, models, interface) after them, so switching one on appends entries
+    # instead of shifting every later one; the user's env comes last, after what it may reference.
+    always = [var for var in contract.ALL if var.name in sources and var.name not in _OPTIONAL_ENV]
+    optional = [var for var in contract.ALL if var.name in sources and var.name in _OPTIONAL_ENV]
+    env = [{"name": var.name, **sources[var.name]} for var in always]
     env.append({"name": "HOME", "value": TMP_MOUNT})  # the root filesystem is read-only
+    env.extend({"name": var.name, **sources[var.name]} for var in optional)
     env.extend({"name": name, "value": value} for name, value in config.env.items())
     return env
 

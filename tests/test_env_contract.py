@@ -163,3 +163,29 @@ def test_infiniband_asked_for_by_the_program_is_checked_by_the_trainers_prefligh
         assert present.status == OK and parsed.network.ib_hca in present.detail
     else:
         assert contract.NCCL_IB_HCA.name not in env and contract.NCCL_IB_GID_INDEX.name not in env
+
+
+# Each optional part of the pod env, as the stack config switches it on.
+_OPTIONAL_ENV = {
+    "the HF token": ({}, {"has_hf_token": True}),
+    "the models volume": ({"storage__models__size": "10Gi"}, {}),
+    "a socket interface": ({"network__socketIfname": "eth0"}, {}),
+}
+
+
+@pytest.mark.parametrize("optional", sorted(_OPTIONAL_ENV))
+@pytest.mark.parametrize("stack", harness.STACKS)
+def test_an_optional_variable_shifts_no_other_entry_of_the_env(stack, optional):
+    """The provider diffs the env list by index: an entry that moves shows as a change of every
+    later entry in a preview, so switching an optional variable on must only append entries."""
+    changes, world_changes = _OPTIONAL_ENV[optional]
+    none = {"storage__models": harness.DELETE, "network__socketIfname": harness.DELETE}
+    without_config, without_world = configured(stack, **none)
+    with_config, with_world = configured(stack, **{**none, **changes})
+    without_world = InfraWorld(**{**without_world.__dict__, "has_hf_token": False})
+    with_world = InfraWorld(**{**with_world.__dict__, "has_hf_token": False, **world_changes})
+    before = workload.pod_env(without_config, without_world)
+    after = workload.pod_env(with_config, with_world)
+    assert len(after) > len(before), f"{optional} adds no env entry"
+    moved = [(i, entry["name"], after[i]["name"]) for i, entry in enumerate(before) if after[i] != entry]
+    assert not moved, f"{optional} moves these entries (index, was, now): {moved}"

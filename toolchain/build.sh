@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds the tools the project runs from Go modules (the Go module proxy is the only source of
 # them this project's machines reach), into a versioned cache outside the repository:
-#   - the Pulumi CLI and its Python language host, at the `pulumi==` pin of requirements.txt;
+#   - the Pulumi CLI and its Python language host, at the `pulumi==` pin of requirements.txt (the
+#     CLI at an older release the proxy serves when it refuses the pin);
 #   - the Kubernetes resource provider, at the `pulumi-kubernetes==` pin, installed as a plugin;
 #   - kube-apiserver and etcd, a real API server for tests (toolchain/apiserver.py);
 #   - actionlint, the linter the tests run on .github/workflows.
+# A Pulumi CLI, language host or provider already on PATH (the official installer's, a build of
+# one's own) is linked instead of built, a CLI when it is at least the SDK's minimum version.
 # Each component is built in a temporary directory and renamed into place when complete, so an
 # interrupted build never looks done; a second run only checks and takes about a second.
 # A component whose module the proxy refuses is reported (UNAVAILABLE) and skipped without failing
@@ -45,7 +48,6 @@ if [ $# -gt 0 ]; then
   exit 2
 fi
 
-cli_dir=$cache/pulumi-v$pulumi_version
 lang_dir=$cache/pulumi-language-python-v$pulumi_version
 provider_dir=$cache/pulumi-resource-kubernetes-v$kubernetes_version
 kubernetes_dir=$cache/kubernetes-v$kube_version
@@ -95,9 +97,10 @@ wrapped_build() {
 pulumi_ldflags="-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$pulumi_version"
 
 build_cli() {
+  echo "[toolchain] Pulumi CLI v$cli_version (the pin is v$pulumi_version, the SDK's minimum v$sdk_minimum)"
   wrapped_build pulumi github.com/pulumi/pulumi/pkg/v3/cmd/pulumi \
-    "github.com/pulumi/pulumi/pkg/v3@v$pulumi_version" "--siblings v$pulumi_version" \
-    -tags osusergo,grpcnotrace -ldflags "$pulumi_ldflags"
+    "github.com/pulumi/pulumi/pkg/v3@v$cli_version" "--siblings v$cli_version" \
+    -tags osusergo,grpcnotrace -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$cli_version"
 }
 
 build_language_host() {
@@ -151,12 +154,52 @@ build_actionlint() {
     -ldflags "-X github.com/rhysd/actionlint.version=$actionlint_version"
 }
 
-# A Pulumi CLI of the pinned version installed elsewhere (not one of ours) is used as it is.
-external_pulumi() {
+# Is version $1 at least $2 (semver order, as sort -V sees it)?
+version_at_least() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n1)" = "$2" ]; }
+
+# The oldest Pulumi CLI the pinned Python SDK works with (its automation API's minimum); the pin
+# itself when the virtualenv is not there yet.
+sdk_minimum=$("$root/.venv/bin/python" -c \
+  'from pulumi.automation._minimum_version import _MINIMUM_VERSION as v; print(v)' 2>/dev/null) || sdk_minimum=$pulumi_version
+
+# PATH without our own bin directory, to find what is installed elsewhere.
+outside_path=$(printf %s "$PATH" | tr : '\n' | grep -vxF "$bin_dir" | paste -sd:)
+# A tool on that PATH that is not one of ours, else nothing.
+external() {
   local p
-  p=$(PATH=$(printf %s "$PATH" | tr : '\n' | grep -vxF "$bin_dir" | paste -sd:) command -v pulumi) || return 1
+  p=$(PATH=$outside_path command -v "$1") || return 1
   case $(readlink -f "$p") in "$cache"/*) return 1 ;; esac
-  [ "$("$p" version 2>/dev/null)" = "v$pulumi_version" ] && echo "$p"
+  echo "$p"
+}
+
+# A Pulumi CLI installed elsewhere (the official installer's ~/.pulumi/bin, a package manager, a
+# build of one's own) is used as it is when it is at least the SDK's minimum: the CLI and the
+# SDK talk over a versioned protocol, so the CLI need not be the pin.
+external_pulumi() {
+  local p v
+  p=$(external pulumi) || return 1
+  v=$("$p" version 2>/dev/null) || return 1
+  v=${v#v}
+  if version_at_least "${v%%+*}" "$sdk_minimum"; then echo "$p"; else
+    echo "[toolchain] ignoring the Pulumi CLI at $p: v$v is older than v$sdk_minimum, the SDK's minimum" >&2
+    return 1
+  fi
+}
+
+# The CLI version to build: the pin, else the fallback, when the Go module proxy serves both its
+# pkg/v3 and its sdk/v3. The proxy does not list the versions it serves, so the fallback is the
+# newest one seen served (2026-11: the pin's v3.272.0 and everything from v3.261.0 are refused).
+cli_fallback_version=3.259.0
+cli_build_version() {
+  local v
+  for v in "$pulumi_version" "$cli_fallback_version"; do
+    version_at_least "$v" "$sdk_minimum" || continue
+    if go list -m -json "github.com/pulumi/pulumi/pkg/v3@v$v" "github.com/pulumi/pulumi/sdk/v3@v$v" >/dev/null 2>&1; then
+      echo "$v"
+      return 0
+    fi
+  done
+  echo "$pulumi_version"  # let the build report the proxy's answer
 }
 
 failed=()
@@ -191,21 +234,41 @@ component() {
 link() { if [ -e "$1" ]; then ln -sfn "$1" "$bin_dir/$2"; fi; }
 
 lang_from=$lang_dir
-if ext=$(external_pulumi); then
-  echo "[toolchain] using the Pulumi CLI at $ext"
-  link "$ext" pulumi
-  ext_dir=$(dirname "$(readlink -f "$ext")")
+if cli_ext=$(external_pulumi); then
+  echo "[toolchain] using the Pulumi CLI at $cli_ext"
+  link "$cli_ext" pulumi
+  ext_dir=$(dirname "$(readlink -f "$cli_ext")")
   if [ -x "$ext_dir/pulumi-language-python" ]; then lang_from=$ext_dir; fi
-else
-  component pulumi "$cli_dir" build_cli
-  link "$cli_dir/pulumi" pulumi
+fi
+if [ "$lang_from" = "$lang_dir" ] && ext=$(external pulumi-language-python); then
+  lang_from=$(dirname "$ext")
 fi
 if [ "$lang_from" = "$lang_dir" ]; then
   component pulumi-language-python "$lang_dir" build_language_host
+else
+  echo "[toolchain] using the Python language host at $lang_from"
 fi
 link "$lang_from/pulumi-language-python" pulumi-language-python
 link "$lang_from/pulumi-language-python-exec" pulumi-language-python-exec
-component pulumi-resource-kubernetes "$provider_dir" build_provider
+# A provider on PATH is one the engine takes as it is (an ambient plugin), whatever its version.
+if ext=$(external pulumi-resource-kubernetes); then
+  echo "[toolchain] using the Kubernetes provider at $ext"
+  link "$ext" pulumi-resource-kubernetes
+else
+  component pulumi-resource-kubernetes "$provider_dir" build_provider
+  link "$provider_dir/pulumi-resource-kubernetes" pulumi-resource-kubernetes
+fi
+# The CLI alone runs no program: it is built only when the language host and the provider are here.
+if [ -z "$cli_ext" ]; then
+  if [ -e "$bin_dir/pulumi-language-python" ] && [ -e "$bin_dir/pulumi-resource-kubernetes" ]; then
+    cli_version=$(cli_build_version)
+    cli_dir=$cache/pulumi-v$cli_version
+    component pulumi "$cli_dir" build_cli
+    link "$cli_dir/pulumi" pulumi
+  else
+    unavailable+=("pulumi: not built: the Python language host and the Kubernetes provider it needs to run this program are not here")
+  fi
+fi
 component etcd "$etcd_dir" build_etcd
 link "$etcd_dir/etcd" etcd
 component kubernetes "$kubernetes_dir" build_kubernetes

@@ -131,7 +131,8 @@ PET_RDZV_ENDPOINT = EnvVar("PET_RDZV_ENDPOINT", "= MASTER_ADDR:MASTER_PORT")
 PET_RDZV_ID = EnvVar("PET_RDZV_ID", "= RDZV_ID")
 PET_MAX_RESTARTS = EnvVar("PET_MAX_RESTARTS", "= MAX_RESTARTS")
 
-# Every variable the pod env carries, in the order the Pulumi program emits them.
+# Every variable the pod env carries, in the order the Pulumi program emits them (the ones only
+# some stacks set, like HF_TOKEN, come after the others: see ddp_infra/workload.py pod_env).
 ALL: tuple[EnvVar, ...] = tuple(v for v in globals().values() if isinstance(v, EnvVar))
 REQUIRED: tuple[str, ...] = tuple(v.name for v in ALL if v.required)
 

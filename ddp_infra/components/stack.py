@@ -26,6 +26,8 @@ class DdpTrainingStackArgs:
     world: World
     # the provider of what Pulumi keeps in the cluster on delete (see program.kubernetes_provider)
     retained_provider: pulumi.ProviderResource
+    # The provider of the namespace when it is not the stack's own (see program.namespace_provider).
+    namespace_provider: Optional[pulumi.ProviderResource] = None
 
 
 class DdpTrainingStack(Component):
@@ -44,7 +46,9 @@ class DdpTrainingStack(Component):
                     pod_security=pod_security_level(pod_template(config, world)["spec"]),
                     retained_provider=args.retained_provider,
                 ),
-                opts=pulumi.ResourceOptions(parent=self),
+                opts=pulumi.ResourceOptions(
+                    parent=self, providers=[args.namespace_provider] if args.namespace_provider else None
+                ),
             )
             in_namespace.append(self.namespace)
         else:

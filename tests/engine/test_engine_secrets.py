@@ -4,6 +4,8 @@ may appear in plain text is the render directory, where the provider writes the 
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import secrets
 import subprocess
@@ -65,24 +67,40 @@ def test_the_token_never_appears_in_what_the_cli_prints(secret_run):
         assert secret_run.token not in output, f"the token is in plain text in the output of `{command}`"
 
 
+def _forms(token: str) -> list[bytes]:
+    """The token as written, and as a Secret's `data` and a state file's JSON hold it (base64)."""
+    return [token.encode(), base64.b64encode(token.encode())]
+
+
+def _holds(path: Path, token: str) -> bool:
+    content = path.read_bytes()
+    return any(form in content for form in _forms(token))
+
+
 def test_the_token_never_appears_in_the_state_backend(secret_run):
+    """Neither in plain text nor base64: the state holds the Secret's inputs and outputs encrypted."""
     files = [path for path in secret_run.project.backend.rglob("*") if path.is_file()]
     assert any(path.suffix == ".json" for path in files), "no state file was written"
-    leaks = [str(path) for path in files if secret_run.token.encode() in path.read_bytes()]
+    leaks = [str(path) for path in files if _holds(path, secret_run.token)]
     assert not leaks
+    state = json.loads(secret_run.outputs["pulumi stack export"])
+    (secret,) = [r for r in state["deployment"]["resources"] if r["type"] == "kubernetes:core/v1:Secret"]
+    assert "ciphertext" in json.dumps(secret["outputs"]["data"]), "the Secret's data is not encrypted in the state"
 
 
 def test_the_secret_reaches_the_cluster_only_through_the_render_dir(secret_run):
-    """The rendered Secret carries the token, so `kubectl apply -f` of the directory gives pods the
-    token; no other file the run wrote holds it."""
+    """The rendered Secret carries the token (base64 in `data`, as Kubernetes stores it), so
+    `kubectl apply -f` of the directory gives pods the token; no other file the run wrote holds it."""
     project = secret_run.project
     render_dir = project.render_dir("dev")
-    holding = {path for path in _files(project.root) if secret_run.token.encode() in path.read_bytes()}
+    holding = {path for path in _files(project.root) if _holds(path, secret_run.token)}
     assert holding, "the rendered manifests lack the token: pods would run without it"
     assert all(render_dir in path.parents for path in holding), sorted(map(str, holding))
     (secret_file,) = holding
+    assert secret_run.token.encode() not in secret_file.read_bytes(), "the README says data is base64, not plain"
     (secret,) = [doc for doc in yaml.safe_load_all(secret_file.read_text()) if doc]
     assert secret["kind"] == "Secret"
+    assert [base64.b64decode(value).decode() for value in secret["data"].values()] == [secret_run.token]
 
 
 def _files(root: Path) -> list[Path]:

@@ -96,6 +96,12 @@ class Evaluation:
         assert len(found) == 1, f"expected one {type_}, got {[r.name for r in found]}"
         return found[0]
 
+    def provider(self, name: str = "k8s") -> Registered:
+        """The explicit Kubernetes provider of that name (k8s: the stack's; k8s-retained: the retained
+        objects'; k8s-namespace: a namespace's that is not retained, in render mode)."""
+        (found,) = [r for r in self.of_type("pulumi:providers:kubernetes") if r.name == name]
+        return found
+
     @property
     def kubernetes_manifests(self) -> list[dict[str, Any]]:
         """Every Kubernetes object the program registers, as the provider would send it."""

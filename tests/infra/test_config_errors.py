@@ -150,3 +150,28 @@ def test_the_cli_string_form_of_numbers_and_booleans_is_accepted():
     assert evaluation.error is None, str(evaluation.error)
     assert evaluation.outputs["nodes"] == 64
     assert not evaluation.of_type("kubernetes:core/v1:Namespace")
+
+
+@pulumi.runtime.test
+def test_an_unknown_key_is_answered_with_every_key_a_stack_may_set():
+    """hfToken included: it is read apart from the others (as a secret), but it is a key all the same."""
+    from ddp_infra.config import StackConfig
+
+    evaluation = harness.evaluate(malformed({"node": "4"}))
+    (line,) = [str(p) for p in evaluation.error.problems if p.key == "ddp-infra:node"]
+    listed = set(line.split("allowed: a known key: ", 1)[1].split(", "))
+    assert listed == {field.alias for field in StackConfig.model_fields.values()}, line
+
+
+@pytest.mark.parametrize("key, value, allowed", [
+    ("nodes", "abc", "an integer from 1 to 1024"),
+    ("nodes", "0", "an integer from 1 to 1024"),
+    ("nodes", "4.5", "an integer from 1 to 1024"),
+    ("rendezvous.port", "80", "an integer from 1024 to 65535"),
+    ("scheduling.tolerations", [{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": -1}], "an integer from 0"),
+])  # fmt: skip
+@pulumi.runtime.test
+def test_an_integer_out_of_range_or_not_a_number_is_answered_with_the_range(key, value, allowed):
+    evaluation = harness.evaluate(malformed({key: value}))
+    (problem,) = evaluation.error.problems
+    assert problem.allowed == allowed, str(problem)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import runpy
 
 import pulumi
@@ -40,10 +41,14 @@ def test_every_model_key_is_declared_with_its_type_description_and_default():
             # make every stack set it; the program refuses a token that is not stored as a secret.
             assert declaration == {"type": "string", "description": field.description, "default": ""}
             continue
-        assert declaration["type"] == PULUMI_TYPES.get(field.annotation, "object"), key
+        if field.annotation is int:
+            # Untyped, so that the program, not the engine, answers a bad value with the range.
+            assert "type" not in declaration, key
+        else:
+            assert declaration["type"] == PULUMI_TYPES.get(field.annotation, "object"), key
         if field.is_required():
             assert "default" not in declaration, key
-        elif declaration["type"] == "object":
+        elif declaration.get("type") == "object":
             # {} must mean exactly the model's defaults.
             assert declaration["default"] == {}
             assert getattr(harness.stack_config.parse({key: {}, "image": {"name": "x"}}), name) == field.default
@@ -65,9 +70,11 @@ def test_main_exports_the_outputs(stack):
 
 @pulumi.runtime.test
 def test_dev_renders_manifests_under_the_project_and_prod_applies_them():
-    dev_providers = harness.evaluate(harness.stack_file_config("dev")).of_type("pulumi:providers:kubernetes")
-    # Relative, so a clone in another directory has the same provider config.
-    assert [p.inputs["renderYamlToDirectory"] for p in dev_providers] == ["rendered/dev"] * 2
+    dev = harness.evaluate(harness.stack_file_config("dev"))
+    # Relative, so a clone in another directory has the same provider config. The retained namespace
+    # and claims render into a directory that sorts before the provider's 1-manifest/.
+    assert dev.provider().inputs["renderYamlToDirectory"] == "rendered/dev"
+    assert dev.provider("k8s-retained").inputs["renderYamlToDirectory"] == "rendered/dev/0-retained"
     prod = harness.evaluate(harness.stack_file_config("prod"), stack="prod")
     assert all("renderYamlToDirectory" not in p.inputs for p in prod.of_type("pulumi:providers:kubernetes"))
 
@@ -88,3 +95,42 @@ def test_readme_config_reference_is_generated_from_the_model():
     assert reference.region(readme) == reference.table(), "run scripts/config_reference.py --write README.md"
     keys = [row[0] for row in reference.rows()]
     assert {"nodes", "storage.outputs.protect", "workload.waitForReady", "hfToken"} <= set(keys)
+
+
+@pulumi.runtime.test
+def test_the_provider_config_does_not_depend_on_kubeconfigs_path(monkeypatch, tmp_path):
+    """The SDK copies $KUBECONFIG into an explicit provider's inputs unless the program sets one:
+    the state would then depend on the machine and directory a command ran in."""
+    inputs = {}
+    for where in ("here", "there"):
+        monkeypatch.setenv("KUBECONFIG", str(tmp_path / where / "kubeconfig"))
+        inputs[where] = sorted(
+            (stack, provider.name, json.dumps(provider.inputs, sort_keys=True))
+            for stack in harness.STACKS
+            for provider in harness.evaluate(harness.stack_file_config(stack), stack=stack).of_type("pulumi:providers:kubernetes")
+        )
+    assert inputs["here"] == inputs["there"]
+    assert str(tmp_path) not in json.dumps(inputs), inputs
+
+
+@pulumi.runtime.test
+@pytest.mark.parametrize("retained", [True, False])
+def test_in_render_mode_the_namespace_renders_where_kubectl_applies_it_first(retained):
+    """`kubectl apply -R -f` applies files in name order; the namespace must come before what is in it.
+
+    A retained namespace renders with the retained claims, its file (`v1-namespace-…`) before
+    theirs (`v1-persistentvolumeclaim-…`); one that is not retained renders alone."""
+    values = harness.stack_file_config("dev")
+    if not retained:
+        values = harness.stack_config_with("dev", storage__datasets__retainOnDelete="false",
+                                           storage__outputs__retainOnDelete="false")  # fmt: skip
+    evaluation = harness.evaluate(values)
+    namespace = evaluation.one("kubernetes:core/v1:Namespace")
+    own = evaluation.provider("k8s-retained" if retained else "k8s-namespace")
+    assert namespace.provider.startswith(own.urn)
+    directory = own.inputs["renderYamlToDirectory"]
+    assert directory == ("rendered/dev/0-retained" if retained else "rendered/dev/0-namespace")
+    assert f"{directory}/1-manifest" < "rendered/dev/1-manifest"
+    assert "v1-namespace-" < "v1-persistentvolumeclaim-"
+    prod = harness.evaluate(harness.stack_file_config("prod"), stack="prod")
+    assert sorted(r.name for r in prod.of_type("pulumi:providers:kubernetes")) == ["k8s", "k8s-retained"], "no render provider on a cluster"

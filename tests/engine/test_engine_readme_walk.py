@@ -1,0 +1,211 @@
+"""The README's "Using it" section, run as a new user runs it: every command line of its bash
+blocks, in the README's order, in a fresh copy of the project (a git repository of its own),
+with its own HOME, its own local file backend and a real, empty API server for `kubectl apply`.
+
+A command the README shows there is either run here or removed from the README: the walk reads
+the lines from the README itself, so an untested line cannot be added.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pulumi_project import COMMAND_TIMEOUT_S, REPO, PulumiProject, Result, require_tool, toolchain_path
+from toolchain.apiserver import LocalApiServer
+
+pytestmark = pytest.mark.timeout(3600)
+
+README = REPO / "README.md"
+SECTION = "## Using it"
+# What `make preview-diff` needs beside the program.
+MAKE_FILES = ("Makefile",)
+MAKE_DIRS = ("scripts", "toolchain")
+# The journey every user takes, each a prefix of at least one README command.
+JOURNEY = (
+    "mkdir -p ~/",
+    'pulumi login "file://',
+    "export PULUMI_CONFIG_PASSPHRASE=",
+    "pulumi stack init dev",
+    "pulumi config set -s dev --path",
+    "pulumi config set -s dev --secret hfToken",
+    "pulumi preview -s dev",
+    "pulumi up -s dev",
+    "kubectl apply -R -f rendered/dev",
+    "pulumi config set -s dev nodes 64",
+    "pulumi preview -s dev --diff",
+    "pulumi stack output",
+    "pulumi destroy -s dev",
+)
+
+
+def readme_commands() -> list[str]:
+    """The command lines of the section's bash blocks, comments dropped, in order."""
+    text = README.read_text()
+    start = text.index(f"\n{SECTION}\n")
+    section = text[start : text.index("\n## ", start + 1)]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    lines = [line.strip() for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+@dataclass
+class Walk:
+    copy: Path
+    steps: list[tuple[str, Result]]  # (README line, what running it did)
+
+    def after(self, prefix: str, nth: int = 0) -> Result:
+        return [result for line, result in self.steps if line.startswith(prefix)][nth]
+
+
+def _git(copy: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=copy, capture_output=True, text=True, check=True, timeout=60).stdout
+
+
+def fresh_clone(root: Path) -> Path:
+    """The project's files as a clone has them: a repository whose first commit is the project."""
+    template = PulumiProject(root / "template")  # copies the program and stack files, links the venv
+    copy = template.dir
+    for name in MAKE_FILES:
+        shutil.copy2(REPO / name, copy / name)
+    for name in MAKE_DIRS:
+        shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / ".gitignore", copy / ".gitignore")
+    _git(copy, "init", "-q")
+    _git(copy, "add", "-A")
+    _git(copy, "-c", "user.name=walk", "-c", "user.email=walk@example.invalid", "commit", "-q", "-m", "clone")
+    return copy
+
+
+def user_environment(home: Path, kubeconfig: str) -> dict[str, str]:
+    """A new user's shell: no backend, passphrase or stack chosen yet; the engine on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "KUBE"))}
+    plugins = Path(os.environ.get("PULUMI_HOME", Path.home() / ".pulumi")) / "plugins"
+    (home / ".pulumi").mkdir(parents=True)
+    if plugins.is_dir():  # a provider installed as a plugin, rather than on PATH
+        (home / ".pulumi" / "plugins").symlink_to(plugins)
+    env.update(
+        HOME=str(home),
+        PATH=toolchain_path(),
+        KUBECONFIG=kubeconfig,
+        KUBECACHEDIR=str(home / ".kube" / "cache"),
+        PULUMI_SKIP_UPDATE_CHECK="true",
+        PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
+        PULUMI_SKIP_CONFIRMATIONS="true",  # the confirmation prompt of up and destroy, answered yes
+    )
+    return env
+
+
+def run_line(line: str, copy: Path, env: dict[str, str]) -> Result:
+    if line.startswith("export "):  # carried to the next lines, as the shell would
+        for assignment in shlex.split(line[len("export ") :], comments=True):
+            name, _, value = assignment.partition("=")
+            env[name] = value
+        return Result([line], 0, "", "")
+    done = subprocess.run(
+        ["bash", "-c", line], cwd=copy, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
+    )
+    return Result([line], done.returncode, done.stdout, done.stderr)
+
+
+@pytest.fixture(scope="module")
+def walk(tmp_path_factory) -> Walk:
+    root = tmp_path_factory.mktemp("walk")
+    copy = fresh_clone(root)
+    require_tool("kubectl", toolchain_path())
+    for binary in ("etcd", "kube-apiserver"):
+        require_tool(binary, toolchain_path())
+    steps = []
+    with LocalApiServer() as api:
+        env = user_environment(root / "home", api.kubeconfig)
+        for line in readme_commands():
+            result = run_line(line, copy, env)
+            steps.append((line, result))
+            assert result.returncode == 0, f"README line failed:\n{result.describe()}"
+    return Walk(copy, steps)
+
+
+def test_the_readme_shows_the_whole_journey():
+    commands = readme_commands()
+    missing = [step for step in JOURNEY if not any(line.startswith(step) for line in commands)]
+    assert not missing, f"the README's walk lacks: {missing}"
+    order = [next(i for i, line in enumerate(commands) if line.startswith(step)) for step in JOURNEY]
+    assert order == sorted(order), "the README's walk is out of order"
+
+
+def test_every_readme_command_runs(walk):
+    assert [line for line, _ in walk.steps] == readme_commands()
+
+
+def test_the_first_preview_plans_creates_and_the_first_up_renders(walk):
+    assert re.search(r"\+\s*\d+ to create", walk.after("pulumi preview -s dev").output)
+    assert re.search(r"\+\s*\d+ created", walk.after("pulumi up -s dev").output)
+    applied = walk.after("kubectl apply -R -f rendered/dev").stdout
+    assert re.search(r"^namespace/\S+ created$", applied, re.M) and "statefulset.apps/" in applied, applied
+
+
+def test_scaling_is_one_update_and_the_second_up_renders_64_replicas(walk):
+    diff = walk.after("pulumi preview -s dev --diff").output
+    assert re.search(r"~ 1 to update", diff), diff
+    assert re.search(r"~ replicas\s*: 2 => 64", diff), diff
+    assert "to create" not in diff and "to delete" not in diff and "to replace" not in diff, diff
+    up = walk.after("pulumi up -s dev", 1)
+    assert re.search(r"~ 1 updated", up.output), up.output
+
+
+def test_the_secret_set_in_the_walk_never_shows(walk):
+    token = next(
+        shlex.split(line, comments=True)[-1] for line, _ in walk.steps if line.startswith("pulumi config set -s dev --secret")
+    )
+    for line, result in walk.steps:
+        assert token not in result.output, f"`{line}` prints the token"
+    stack_file = yaml.safe_load((walk.copy / "stacks" / "Pulumi.dev.yaml").read_text())
+    assert "secure" in stack_file["config"]["ddp-infra:hfToken"]
+
+
+def test_the_stack_outputs_are_commands_to_paste(walk):
+    assert walk.after("pulumi stack output kubectlWatchPods").stdout.startswith("kubectl -n ")
+    assert " logs -f " in walk.after("pulumi stack output kubectlFollowRank0").stdout
+
+
+def test_destroy_leaves_no_resource_in_the_state_and_keeps_the_claims(walk):
+    """What the README's destroy line says: in render mode the kept objects keep their files."""
+    assert re.search(r"- \d+ deleted", walk.after("pulumi destroy -s dev").output)
+    env = user_environment(walk.copy.parent.parent / "home-after", "")
+    env["PULUMI_CONFIG_PASSPHRASE"] = "unused"
+    env["PULUMI_BACKEND_URL"] = (walk.copy.parent.parent / "home" / ".pulumi-state").as_uri()
+    exported = subprocess.run(
+        ["pulumi", "stack", "export", "--stack", "dev"], cwd=walk.copy, env=env, capture_output=True, text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr
+    assert not yaml.safe_load(exported.stdout)["deployment"].get("resources")
+    kinds = {doc["kind"] for path in (walk.copy / "rendered" / "dev").rglob("*.yaml") for doc in yaml.safe_load_all(path.read_text()) if doc}
+    assert kinds == {"Namespace", "PersistentVolumeClaim"}, kinds
+
+
+def test_the_walk_changes_only_the_stack_file_it_configures(walk):
+    """rendered/ is ignored; the one tracked file that changes is the stack's own."""
+    assert _git(walk.copy, "status", "--porcelain").splitlines() == [" M stacks/Pulumi.dev.yaml"]
+
+
+def test_stack_init_on_a_fresh_clone_adds_only_the_salt_the_readme_speaks_of(tmp_path):
+    copy = fresh_clone(tmp_path)
+    env = user_environment(tmp_path / "home", str(tmp_path / "no-kubeconfig"))
+    env.update(PULUMI_BACKEND_URL=(tmp_path / "state").as_uri(), PULUMI_CONFIG_PASSPHRASE="fresh-clone")
+    (tmp_path / "state").mkdir()
+    init = run_line("pulumi stack init dev --secrets-provider passphrase", copy, env)
+    assert init.returncode == 0, init.describe()
+    assert _git(copy, "status", "--porcelain").splitlines() == [" M stacks/Pulumi.dev.yaml"]
+    diff = [line for line in _git(copy, "diff", "-U0").splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert len(diff) == 1 and diff[0].startswith("+encryptionsalt: "), diff
+    readme = " ".join(README.read_text().split())
+    assert "`pulumi stack init` changes one tracked file: it adds an `encryptionsalt:` line to `stacks/Pulumi.dev.yaml`" in readme
