@@ -44,8 +44,8 @@ def toolchain_path() -> str:
 
 
 def require_tool(name: str, path: str) -> str:
-    """The tool's path, else a skip that says why: the Go module proxy refused to serve it (the
-    UNAVAILABLE file toolchain/build.sh writes, with the proxy's answer), or it is nowhere on PATH."""
+    """The tool's path, else a skip that says why: toolchain/build.sh could not build it (its
+    UNAVAILABLE file: the proxy's answer, or what it lacked), or it is nowhere on PATH."""
     found = shutil.which(name, path=path)
     if found is None:
         _missing(name, "is not on PATH or in the toolchain")
@@ -57,7 +57,7 @@ def _missing(name: str, what: str) -> None:
     lines = unavailable.read_text().splitlines() if unavailable.exists() else []
     refused = [line for line in lines if line.startswith(f"{name}:")]
     if refused:
-        pytest.skip(f"`{name}` cannot be built here, the Go module proxy refused it ({unavailable}): {refused[0]}")
+        pytest.skip(f"`{name}` is not available here ({unavailable}): {refused[0]}")
     pytest.skip(f"`{name}` {what}: install it (or run `make setup`, toolchain/build.sh) to run the engine tests")
 
 
