@@ -216,6 +216,19 @@ class StorageConfig(_Model):
         roles = {"datasets": self.datasets, "outputs": self.outputs, "models": self.models}
         return {role: volume for role, volume in roles.items() if volume is not None}
 
+    def created(self) -> list[VolumeConfig]:
+        """The volumes whose claims the stack creates (not `create: false`)."""
+        return [volume for volume in self.volumes().values() if volume.create]
+
+    @property
+    def namespace_retained(self) -> bool:
+        """Deleting a namespace deletes every claim in it: it is kept when a claim in it is."""
+        return any(volume.retain_on_delete for volume in self.created())
+
+    @property
+    def namespace_protected(self) -> bool:
+        return any(volume.protect for volume in self.created())
+
 
 class ResourceAmounts(_Model):
     cpu: Optional[Quantity] = Field(None, description="CPU, e.g. 4 or 500m.")

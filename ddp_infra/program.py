@@ -77,7 +77,7 @@ def build(config: StackConfig) -> dict[str, Any]:
             config=config,
             world=world,
             retained_provider=retained_provider(config.kubernetes),
-            namespace_provider=namespace_provider(config.kubernetes),
+            namespace_provider=None if config.storage.namespace_retained else namespace_provider(config.kubernetes),
         ),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )

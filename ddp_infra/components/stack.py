@@ -36,13 +36,12 @@ class DdpTrainingStack(Component):
         config, world = args.config, args.world
         in_namespace: list[pulumi.Resource] = []
         if config.namespace.create:
-            created_claims = [volume for volume in config.storage.volumes().values() if volume.create]
             self.namespace: Optional[TrainingNamespace] = TrainingNamespace(
                 config.namespace.name,
                 TrainingNamespaceArgs(
                     namespace=config.namespace,
-                    retain_on_delete=any(volume.retain_on_delete for volume in created_claims),
-                    protect=any(volume.protect for volume in created_claims),
+                    retain_on_delete=config.storage.namespace_retained,
+                    protect=config.storage.namespace_protected,
                     pod_security=pod_security_level(pod_template(config, world)["spec"]),
                     retained_provider=args.retained_provider,
                 ),

@@ -12,23 +12,23 @@ from pulumi_project import resource_type
 pytestmark = pytest.mark.timeout(1800)
 
 WORKLOAD_TYPES = {"kubernetes:apps/v1:StatefulSet", "kubernetes:batch/v1:Job"}
-# The env that follows `nodes`: the world's size, and torchrun's mirror of it.
-NODE_COUNT_ENV = ("NNODES", "WORLD_SIZE", "PET_NNODES")
+# The env that follows `nodes`: the world's size and its rendezvous id, and torchrun's mirrors of them.
+NODE_COUNT_ENV = ("NNODES", "WORLD_SIZE", "PET_NNODES", "RDZV_ID", "PET_RDZV_ID")
+BUDGET_TYPE = "kubernetes:policy/v1:PodDisruptionBudget"
 
 
-def test_scaling_dev_to_64_nodes_updates_only_the_workload(scaled_to_64):
-    changed = [(step["op"], step["urn"]) for step in scaled_to_64.preview["steps"] if step["op"] != "same"]
-    assert len(changed) == 1, f"more than the workload changes: {changed}"
-    ((op, urn),) = changed
-    assert op == "update" and resource_type(urn) in WORKLOAD_TYPES, changed
+def test_scaling_dev_to_64_nodes_replaces_the_workload_and_updates_its_budget(scaled_to_64):
+    """A new size is a new world: the workload is replaced (delete first, see components/trainer.py)
+    and the disruption budget's minAvailable follows nodes. Nothing else, no claim, changes."""
+    changed = sorted((step["op"], resource_type(step["urn"])) for step in scaled_to_64.preview["steps"] if step["op"] != "same")
+    assert changed == [("replace", "kubernetes:batch/v1:Job"), ("update", BUDGET_TYPE)], changed
     summary = scaled_to_64.preview["changeSummary"]
-    assert {op for op, count in summary.items() if count} == {"update", "same"}, summary
-    assert summary["update"] == 1
+    assert {op for op, count in summary.items() if count} == {"replace", "update", "same"}, summary
+    assert summary["replace"] == summary["update"] == 1
 
 
-def test_scaling_updates_replicas_and_the_node_count_env(scaled_to_64):
-    (workload,) = [step for step in scaled_to_64.preview["steps"] if step["op"] == "update"]
-    assert not workload.get("replaceReasons"), workload.get("replaceReasons")
+def test_scaling_changes_the_pod_count_and_the_world_size_env(scaled_to_64):
+    (workload,) = [step for step in scaled_to_64.preview["steps"] if step["op"] == "replace"]
     changed_paths = set(workload.get("detailedDiff") or {})
     count_paths = {path for path in changed_paths if path in ("spec.replicas", "spec.parallelism", "spec.completions")}
     env_paths = {path for path in changed_paths if re.fullmatch(r"spec\.template\.spec\.containers\[\d+\]\.env.*", path)}
@@ -43,18 +43,22 @@ def test_scaling_updates_replicas_and_the_node_count_env(scaled_to_64):
     assert old_env["NNODES"] == str(nodes)
     procs = int(new_env["NPROC_PER_NODE"])
     assert (old_env["WORLD_SIZE"], new_env["WORLD_SIZE"]) == (str(nodes * procs), str(scaled_to_64.nodes * procs))
+    assert new_env["RDZV_ID"] == new_env["PET_RDZV_ID"] == old_env["RDZV_ID"].replace(f"-{nodes}x", f"-{scaled_to_64.nodes}x")
     unchanged = {name for name in old_env if old_env[name] == new_env.get(name)}
-    assert set(new_env) - unchanged == set(NODE_COUNT_ENV), "only the node count env may change"
+    assert set(new_env) - unchanged == set(NODE_COUNT_ENV), "only the world's size and its rendezvous id may change"
+
+    (budget,) = [step for step in scaled_to_64.preview["steps"] if step["op"] == "update"]
+    assert set(budget.get("detailedDiff") or {}) == {"spec.minAvailable"}, budget.get("detailedDiff")
 
 
-def test_the_human_diff_shows_the_workload_update_and_nothing_else(scaled_to_64):
+def test_the_human_diff_shows_the_workload_replace_and_the_budget_update(scaled_to_64):
     text = scaled_to_64.diff_text
-    assert re.search(r"~ kubernetes:(apps/v1:StatefulSet|batch/v1:Job): \(update\)", text), text
-    assert re.search(rf"~ replicas\s*: {scaled_to_64.dev_nodes} => {scaled_to_64.nodes}$", text, re.M), text
+    assert re.search(r"\+-\s*kubernetes:batch/v1:Job: \(replace\)", text), text
+    assert re.search(r"~ kubernetes:policy/v1:PodDisruptionBudget: \(update\)", text), text
     # env values are strings: NNODES and PET_NNODES at least
     assert len(re.findall(rf'"{scaled_to_64.dev_nodes}" => "{scaled_to_64.nodes}"', text)) >= 2, text
-    assert not re.search(r"\((create|replace|delete|create-replacement|delete-replaced)\)$", text, re.M), text
-    assert re.search(r"^\s*~ 1 to update$", text, re.M), text
+    assert not re.search(r"\((create|delete)\)$", text, re.M), text
+    assert re.search(r"^\s*~ 1 to update$", text, re.M) and re.search(r"^\s*\+-1 to replace$", text, re.M), text
 
 
 def _container_env(inputs: dict) -> dict[str, str]:
@@ -101,13 +105,14 @@ def _changed_steps(preview: dict) -> list[dict]:
 
 def test_adding_the_token_appends_env_entries_and_shifts_none(dev):
     """The provider diffs the env list by index: an entry inserted before others would show every
-    later entry as changed. Adding the token adds its Secret and appends two env entries."""
+    later entry as changed. Adding the token adds its Secret and appends two env entries (the
+    workload's spec changes, so it is replaced: see components/trainer.py)."""
     with dev.project.stack_file_restored("dev"):
         dev.project.config_set("dev", "hfToken", "hf_engine_test_token", secret=True)
         _, preview = dev.project.preview_json("dev")
     changed = _changed_steps(preview)
     assert sorted((step["op"], resource_type(step["urn"])) for step in changed) == sorted(
-        [("create", "kubernetes:core/v1:Secret"), ("update", resource_type(_workload_step(changed)["urn"]))]
+        [("create", "kubernetes:core/v1:Secret"), ("replace", resource_type(_workload_step(changed)["urn"]))]
     ), [(step["op"], step["urn"]) for step in changed]
     workload = _workload_step(changed)
     old_env = _env_list(workload["oldState"]["inputs"])
@@ -115,7 +120,8 @@ def test_adding_the_token_appends_env_entries_and_shifts_none(dev):
     env_diff = {path: d for path, d in diff.items() if ".env" in path}
     indices = {int(re.search(r"\.env\[(\d+)\]", path)[1]) for path in env_diff}
     assert indices == {len(old_env), len(old_env) + 1}, sorted(env_diff)
-    assert {d["kind"] for d in env_diff.values()} == {"add"}, env_diff
+    # added, not changed (the entries force the workload's replacement, as any spec change does)
+    assert {d["kind"] for d in env_diff.values()} == {"add-replace"}, env_diff
 
 
 def test_growing_a_claim_is_an_in_place_update(dev):

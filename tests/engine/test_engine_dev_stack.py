@@ -47,8 +47,9 @@ def test_preview_of_dev_plans_every_resource_as_a_create(dev):
     assert {step["op"] for step in steps} == {"create"}, [(step["op"], step["urn"]) for step in steps]
     types = [resource_type(step["urn"]) for step in steps]
     providers = [resource_name(step["urn"]) for step in steps if resource_type(step["urn"]) == PROVIDER_TYPE]
-    # The stack's provider and the namespace's own (render mode renders it apart); no default provider.
-    assert sorted(providers) == ["k8s", "k8s-namespace"], providers
+    # The stack's provider and the retained objects' (the namespace and the claims, rendered apart
+    # so that kubectl applies the namespace first); no default provider.
+    assert sorted(providers) == ["k8s", "k8s-retained"], providers
     assert len(WORKLOAD_TYPES & set(types)) == 1
     assert REQUIRED_TYPES <= set(types), REQUIRED_TYPES - set(types)
 
@@ -144,8 +145,8 @@ def test_the_render_dir_applies_in_one_kubectl_apply_on_an_empty_api_server(dev)
         applied = _kubectl(empty, "apply", "-R", "-f", str(render_dir))
         assert applied.returncode == 0, applied.stdout + applied.stderr
         assert len(applied.stdout.splitlines()) == len(documents), applied.stdout
-        kinds = ("Namespace", "StatefulSet", "Service")
-        stored = _kubectl(empty, "get", "-A", "namespaces,statefulsets,services", "-o",
+        kinds = ("Namespace", "Job", "Service")
+        stored = _kubectl(empty, "get", "-A", "namespaces,jobs,services", "-o",
                           "jsonpath={range .items[*]}{.kind}/{.metadata.name}{' '}{end}")  # fmt: skip
     assert stored.returncode == 0, stored.stderr
     expected = {f"{doc['kind']}/{doc['metadata']['name']}" for doc in documents if doc["kind"] in kinds}

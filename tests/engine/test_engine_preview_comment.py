@@ -23,10 +23,12 @@ def test_comment_of_the_scaling_preview(scaled_to_64):
     engine_counts = scaled_to_64.preview["changeSummary"]  # from the fixture's own `pulumi preview --json`
     assert preview.changes == {op: count for op, count in engine_counts.items() if count}
     assert preview_diff.summary_line(engine_counts) in lines
-    assert preview.destroyed == []
-    assert re.search(r"^! ~ kubernetes:(apps/v1:StatefulSet|batch/v1:Job) trainer: \(update\)$", markdown, re.M), markdown
-    assert re.search(rf"^!\s+~ spec\.replicas: {scaled_to_64.dev_nodes} => {scaled_to_64.nodes}$", markdown, re.M), markdown
-    assert "[!CAUTION]" not in markdown, "nothing is replaced or deleted"
+    # A new size is a new world: the Job is replaced; nothing that holds data is.
+    assert preview.destroyed == [preview_diff.Destroyed(op="replace", resource="kubernetes:batch/v1:Job trainer",
+                                                        protected=False, unprotected_now=False, retained=False)]  # fmt: skip
+    assert re.search(rf"^!\s+~ spec\.completions: {scaled_to_64.dev_nodes} => {scaled_to_64.nodes} \(forces replacement\)$",
+                     markdown, re.M), markdown  # fmt: skip
+    assert "hold data" not in markdown, markdown
     assert "```diff" in markdown
 
 

@@ -149,16 +149,17 @@ def test_the_first_preview_plans_creates_and_the_first_up_renders(walk):
     assert re.search(r"\+\s*\d+ to create", walk.after("pulumi preview -s dev").output)
     assert re.search(r"\+\s*\d+ created", walk.after("pulumi up -s dev").output)
     applied = walk.after("kubectl apply -R -f rendered/dev").stdout
-    assert re.search(r"^namespace/\S+ created$", applied, re.M) and "statefulset.apps/" in applied, applied
+    assert re.search(r"^namespace/\S+ created$", applied, re.M) and "job.batch/" in applied, applied
 
 
-def test_scaling_is_one_update_and_the_second_up_renders_64_replicas(walk):
+def test_scaling_replaces_the_job_and_the_second_up_renders_64_pods(walk):
     diff = walk.after("pulumi preview -s dev --diff").output
-    assert re.search(r"~ 1 to update", diff), diff
-    assert re.search(r"~ replicas\s*: 2 => 64", diff), diff
-    assert "to create" not in diff and "to delete" not in diff and "to replace" not in diff, diff
+    # the Job replaced (a new world), its disruption budget updated, nothing else
+    assert re.search(r"\+-1 to replace", diff) and re.search(r"~ 1 to update", diff), diff
+    assert re.search(r"~ completions\s*: 2 => 64", diff), diff
+    assert "to create" not in diff and "to delete" not in diff, diff
     up = walk.after("pulumi up -s dev", 1)
-    assert re.search(r"~ 1 updated", up.output), up.output
+    assert re.search(r"\+-1 replaced", up.output) and re.search(r"~ 1 updated", up.output), up.output
 
 
 def test_the_secret_set_in_the_walk_never_shows(walk):
