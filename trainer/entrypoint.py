@@ -53,7 +53,9 @@ class _Supervisor:
         try:
             return self.torchrun.wait()
         finally:
-            self.torchrun.wait()  # a SIGTERM handled mid-wait interrupts nothing: torchrun still winds down
+            # A SIGTERM during the wait is passed on and the wait goes on; one that comes just as
+            # torchrun has ended raises Terminated out of it, and torchrun is still reaped here.
+            self.torchrun.wait()
             self.torchrun = None
 
 

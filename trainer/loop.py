@@ -110,7 +110,7 @@ class Trainer:
 
     def _steps_in_epoch(self) -> int:
         """This epoch's steps: those done (by this or an earlier world) and those this world has left."""
-        return self.progress.step_in_epoch + (len(self.task.train_set) - self.progress.samples_in_epoch) // self.sampler.world_step
+        return self.progress.step_in_epoch + self.sampler.steps_after(self.progress.samples_in_epoch)
 
     # --- resume and checkpoints ------------------------------------------------------------
     def resume(self) -> None:
@@ -163,7 +163,7 @@ class Trainer:
             p = self.progress
             record = {"epoch": p.epoch, "step_in_epoch": p.step_in_epoch, "samples_in_epoch": p.samples_in_epoch,
                       "world_size": self.d.world_size, "reason": reason}  # fmt: skip
-            path = self.store.save(self.progress.global_step, payload, record)
+            path = self.store.save(p.global_step, payload, record)
             self.log(f"[CKPT] saved {path.name} ({reason}) in {time.perf_counter() - started:.4f}s")
         self.last_saved_step = self.progress.global_step
 

@@ -35,9 +35,14 @@ class EpochSampler(Sampler[int]):
             raise ValueError(f"start {start} is outside an epoch of {self.dataset_size} samples")
         self.epoch, self.start = epoch, start
 
+    def steps_after(self, start: int) -> int:
+        """Whole steps of this world in an epoch after its first `start` samples; the remainder is
+        dropped, as with drop_last."""
+        return (self.dataset_size - start) // self.world_step
+
     def steps_left(self) -> int:
-        """Whole steps of this world left in the epoch; the remainder is dropped, as with drop_last."""
-        return (self.dataset_size - self.start) // self.world_step
+        """Whole steps of this world left in the epoch set by set_epoch."""
+        return self.steps_after(self.start)
 
     def order(self) -> torch.Tensor:
         """The epoch's permutation of the whole training set, the same in every world."""

@@ -195,6 +195,17 @@ def exec_python(cluster: LocalCluster, namespace: str, pod: str, code: str) -> s
     return cluster.kubectl("exec", pod, "-n", namespace, "-c", "trainer", "--", "python", "-c", code).stdout
 
 
+def job_condition(cluster: LocalCluster) -> str | None:
+    """Complete or Failed once the dev stack's Job has ended, else None."""
+    conditions = get(cluster, "job", WORKLOAD, NAMESPACE).get("status", {}).get("conditions") or []
+    return next((c["type"] for c in conditions if c["type"] in ("Complete", "Failed") and c["status"] == "True"), None)
+
+
+def run_dir(cluster: LocalCluster) -> Path:
+    """The dev run's directory, /out/<run>, on this machine."""
+    return claim_path(cluster, NAMESPACE, "outputs-pvc") / RUN
+
+
 def claim_path(cluster: LocalCluster, namespace: str, claim: str) -> Path:
     """The directory on this machine behind a bound claim (the cluster's local volumes)."""
     volume = get(cluster, "pvc", claim, namespace)["spec"]["volumeName"]

@@ -11,18 +11,12 @@ import time
 import pytest
 
 from cluster_testing import (
-    LONG_RUN, MASTER, NAMESPACE, NODES, RUN, SERVICE, WORKLOAD, LogStream, all_logs, claim_path, exec_python, get,
-    pod_name, pods, running, wait_for, world_pods, world_running,
+    LONG_RUN, MASTER, NAMESPACE, NODES, SERVICE, WORKLOAD, LogStream, all_logs, exec_python, get, job_condition,
+    pod_name, pods, run_dir, running, wait_for, world_pods, world_running,
 )  # fmt: skip
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(1200)
-
-
-def job_condition(cluster) -> str | None:
-    """Complete or Failed once the Job has ended, else None."""
-    conditions = get(cluster, "job", WORKLOAD, NAMESPACE).get("status", {}).get("conditions") or []
-    return next((c["type"] for c in conditions if c["type"] in ("Complete", "Failed") and c["status"] == "True"), None)
 
 
 def done_lines(cluster, pod: str) -> list[str]:
@@ -53,13 +47,13 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
         assert f"master={MASTER}:" in log or f"master={MASTER} " in log, log[-2000:]
 
     # The outputs claim holds the run: its epochs, best, metrics and checkpoints.
-    run_dir = claim_path(cluster, NAMESPACE, "outputs-pvc") / RUN
-    assert (run_dir / "epoch-1").is_dir() and (run_dir / "epoch-2").is_dir(), sorted(run_dir.iterdir())
-    assert (run_dir / "best").is_symlink() and (run_dir / "best").resolve().parent == run_dir.resolve()
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    outputs = run_dir(cluster)
+    assert (outputs / "epoch-1").is_dir() and (outputs / "epoch-2").is_dir(), sorted(outputs.iterdir())
+    assert (outputs / "best").is_symlink() and (outputs / "best").resolve().parent == outputs.resolve()
+    metrics = [json.loads(line) for line in (outputs / "metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]
     assert all(m["val_loss"] > 0 and m["val_ppl"] > 1 for m in metrics), metrics
-    assert sorted((run_dir / "checkpoints").glob("ckpt-*.json")), "no checkpoint was committed"
+    assert sorted((outputs / "checkpoints").glob("ckpt-*.json")), "no checkpoint was committed"
 
     # The stack's kubectlRunStatus command says so.
     status = dev_stack.outputs["kubectlRunStatus"].split()
@@ -92,7 +86,7 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
     assert wait_for(lambda: job_condition(cluster), 600, "the longer run's Job to end", interval=3) == "Complete"
     resumed = all_logs(cluster, NAMESPACE, pod_name(cluster, 0))
     assert "[CKPT] resumed from" in resumed and "[EPOCH] 3/3" in resumed, resumed[-3000:]
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in (outputs / "metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
 
 
@@ -187,7 +181,7 @@ print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'shm': shm.f_blocks * 
     assert report["shm"] == 512 * 1024**2  # the dev stack's shmSize: 512Mi
 
     # kubectl delete pod: SIGTERM reaches the trainer, which checkpoints before the pod is gone.
-    checkpoints = claim_path(cluster, NAMESPACE, "outputs-pvc") / RUN / "checkpoints"
+    checkpoints = run_dir(cluster) / "checkpoints"
     wait_for(lambda: "[TRAIN]" in all_logs(cluster, NAMESPACE, names[0]), 300, "training to start", interval=2)
     before = {p.name for p in checkpoints.glob("ckpt-*.json")}
     streams = {pod: LogStream(cluster, NAMESPACE, pod, tmp_path / f"{pod}.log") for pod in names.values()}

@@ -18,7 +18,8 @@ import pytest
 from trainer_testing import done_lines, same_result, uninterrupted_result
 
 from cluster_testing import (
-    NAMESPACE, RUN, WORKLOAD, all_logs, claim_path, evict, get, pod_name, pods, wait_for, world_pods, world_running,
+    NAMESPACE, WORKLOAD, all_logs, evict, get, job_condition, pod_name, pods, run_dir, wait_for, world_pods,
+    world_running,
 )  # fmt: skip
 from trainer import contract
 
@@ -36,7 +37,7 @@ SMALL_PODS = {"resources__requests__cpu": "500m"}
 
 
 def checkpoints(cluster) -> Path:
-    return claim_path(cluster, NAMESPACE, "outputs-pvc") / RUN / "checkpoints"
+    return run_dir(cluster) / "checkpoints"
 
 
 def newest_checkpoint(cluster) -> dict:
@@ -81,11 +82,6 @@ def kill_container(cluster, pod: str) -> None:
         except OSError:
             continue
     raise AssertionError(f"no entrypoint process of pod {pod} on this node")
-
-
-def job_condition(cluster) -> str | None:
-    conditions = get(cluster, "job", WORKLOAD, NAMESPACE).get("status", {}).get("conditions") or []
-    return next((c["type"] for c in conditions if c["type"] in ("Complete", "Failed") and c["status"] == "True"), None)
 
 
 def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(cluster, dev_stack, tmp_path):
