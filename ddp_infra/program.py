@@ -8,6 +8,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .claim_changes import CLAIMS_OUTPUT, recorded_claims, refuse_claim_changes
 from .components import DdpTrainingStack, DdpTrainingStackArgs
 from .config import KubernetesConfig, StackConfig
 from .reachability import require_reachable_cluster
@@ -77,8 +78,10 @@ def build(config: StackConfig) -> dict[str, Any]:
             config=config,
             world=world,
             retained_provider=retained_provider(config.kubernetes),
+            claim_changes_allowed=refuse_claim_changes(config.storage, world.namespace),
             namespace_provider=None if config.storage.namespace_retained else namespace_provider(config.kubernetes),
         ),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
-    return stack.outputs
+    # read back by the next run's refuse_claim_changes
+    return {**stack.outputs, CLAIMS_OUTPUT: recorded_claims(config.storage, world.namespace)}

@@ -143,8 +143,9 @@ def parse_preview(stack: str, returncode: int, stdout: str, stderr: str = "") ->
 
 
 def _shown(step: dict[str, Any]) -> bool:
-    """Every step but an unchanged root stack (a `same` step is listed only when protection changes)."""
-    return not (step["op"] == "same" and _type(step["urn"]) == ROOT_STACK_TYPE)
+    """Every step but an unchanged root stack (a `same` step is listed only when protection changes)
+    and a read, which changes nothing (every run reads the stack's last outputs: ddp_infra.claim_changes)."""
+    return step["op"] != "read" and not (step["op"] == "same" and _type(step["urn"]) == ROOT_STACK_TYPE)
 
 
 def _type(urn: str) -> str:

@@ -26,6 +26,8 @@ class DdpTrainingStackArgs:
     world: World
     # the provider of what Pulumi keeps in the cluster on delete (see program.kubernetes_provider)
     retained_provider: pulumi.ProviderResource
+    # resolves once the claims may be registered (see ddp_infra.claim_changes)
+    claim_changes_allowed: pulumi.Output[None]
     # The provider of the namespace when it is not the stack's own (see program.namespace_provider).
     namespace_provider: Optional[pulumi.ProviderResource] = None
 
@@ -58,7 +60,10 @@ class DdpTrainingStack(Component):
 
         self.storage = TrainingStorage(
             "storage",
-            TrainingStorageArgs(storage=config.storage, namespace=world.namespace, retained_provider=args.retained_provider),
+            TrainingStorageArgs(
+                storage=config.storage, namespace=world.namespace, retained_provider=args.retained_provider,
+                changes_allowed=args.claim_changes_allowed,
+            ),
             opts=inside(),
         )
         self.hf_token = (

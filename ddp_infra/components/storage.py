@@ -4,7 +4,8 @@ A claim's spec comes from its storage config alone (see `manifests.claim_manifes
 `nodes` or any pod setting leaves every claim untouched. A claim marked `retainOnDelete` stays in
 the cluster when Pulumi deletes it; one marked `protect` cannot be deleted or replaced by Pulumi
 at all (a spec change that would replace it fails instead). Existing claims (`create: false`)
-are only mounted, never managed.
+are only mounted, never managed. A claim is registered only once `changes_allowed` resolves
+(see `ddp_infra.claim_changes`): a change it cannot take stops the program before it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class TrainingStorageArgs:
     storage: StorageConfig
     namespace: str
     retained_provider: pulumi.ProviderResource
+    changes_allowed: pulumi.Output[None]
 
 
 class TrainingStorage(Component):
@@ -38,7 +40,7 @@ class TrainingStorage(Component):
             self.claims[role] = k8s.core.v1.PersistentVolumeClaim(
                 f"{name}-{role}",
                 metadata=manifest["metadata"],
-                spec=manifest["spec"],
+                spec=args.changes_allowed.apply(lambda _, spec=manifest["spec"]: spec),
                 opts=self.child(
                     retain_on_delete=volume.retain_on_delete,
                     protect=volume.protect,

@@ -217,6 +217,21 @@ class PulumiProject:
         return self.run("stack", "output", "--stack", stack, "--json")
 
 
+# Steps that change nothing: an unchanged resource, and the program's read of its own last outputs
+# (ddp_infra.claim_changes), which every preview and update does.
+UNCHANGED_OPS = ("same", "read")
+
+
+def changed_steps(preview: dict) -> list[dict]:
+    """The steps of `pulumi preview --json` that change something."""
+    return [step for step in preview["steps"] if step["op"] not in UNCHANGED_OPS]
+
+
+def changed_ops(summary: dict) -> set[str]:
+    """The operations of a `changeSummary` other than those that change nothing."""
+    return {op for op, count in summary.items() if count and op not in UNCHANGED_OPS}
+
+
 def resource_type(urn: str) -> str:
     """`kubernetes:apps/v1:StatefulSet` from urn:pulumi:<stack>::<project>::<parent types>$<type>::<name>."""
     return urn.split("::")[2].rsplit("$", 1)[-1]

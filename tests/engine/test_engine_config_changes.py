@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
-from pulumi_project import resource_type
+from pulumi_project import changed_ops, changed_steps, resource_type
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -20,10 +21,10 @@ BUDGET_TYPE = "kubernetes:policy/v1:PodDisruptionBudget"
 def test_scaling_dev_to_64_nodes_replaces_the_workload_and_updates_its_budget(scaled_to_64):
     """A new size is a new world: the workload is replaced (delete first, see components/trainer.py)
     and the disruption budget's minAvailable follows nodes. Nothing else, no claim, changes."""
-    changed = sorted((step["op"], resource_type(step["urn"])) for step in scaled_to_64.preview["steps"] if step["op"] != "same")
+    changed = sorted((step["op"], resource_type(step["urn"])) for step in changed_steps(scaled_to_64.preview))
     assert changed == [("replace", "kubernetes:batch/v1:Job"), ("update", BUDGET_TYPE)], changed
     summary = scaled_to_64.preview["changeSummary"]
-    assert {op for op, count in summary.items() if count} == {"replace", "update", "same"}, summary
+    assert changed_ops(summary) == {"replace", "update"}, summary
     assert summary["replace"] == summary["update"] == 1
 
 
@@ -100,7 +101,7 @@ def test_zero_nodes_fails_with_a_clear_message_and_changes_nothing(dev):
 
 def _changed_steps(preview: dict) -> list[dict]:
     """The steps of Kubernetes objects that are not `same` (components and the stack left out)."""
-    return [step for step in preview["steps"] if step["op"] != "same" and resource_type(step["urn"]).startswith("kubernetes:")]
+    return [step for step in changed_steps(preview) if resource_type(step["urn"]).startswith("kubernetes:")]
 
 
 def test_adding_the_token_appends_env_entries_and_shifts_none(dev):
@@ -168,3 +169,29 @@ def _workload_step(steps: list[dict]) -> dict:
 def _env_list(inputs: dict) -> list[dict]:
     (container,) = [c for c in inputs["spec"]["template"]["spec"]["containers"] if c["name"] == "trainer"]
     return container["env"]
+
+
+def test_a_claim_class_change_is_refused_by_preview_and_up_and_changes_nothing(dev):
+    """The deployed dev stack recorded its claims; a storage class change, which the provider would
+    turn into a replace of a retained claim, stops preview and up alike, with the key and what to do."""
+    project, before = dev.project, dev.project.export_state("dev")
+    claim_file = sorted(project.render_dir("dev").rglob("*persistentvolumeclaim*outputs-pvc*"))
+    assert claim_file, "the dev stack renders its outputs claim"
+    rendered = claim_file[0].read_text()
+    with project.stack_file_restored("dev"):
+        project.config_set("dev", "ddp-infra:storage.outputs.storageClass", "fast", path=True)
+        for result in (project.preview_diff("dev", check=False), project.run("up", "--stack", "dev", "--yes", check=False)):
+            assert result.returncode != 0, result.describe()
+            assert "ddp-infra:storage.outputs.storageClass: (not set: the cluster's default class) -> 'fast'" in result.output, result.describe()
+            assert "nothing was changed" in result.output and "Traceback" not in result.output, result.describe()
+    after = project.export_state("dev")
+    assert _resources(after) == _resources(before), "a refused up changes no resource in the state"
+    assert claim_file[0].read_text() == rendered
+    recorded = json.loads(project.stack_outputs("dev").stdout)["claims"]["outputs"]
+    assert recorded["storageClass"] is None, "the refused up kept the record the next run compares with"
+    summary = project.preview_json("dev")[1]["changeSummary"]
+    assert not changed_ops(summary), summary
+
+
+def _resources(state: dict) -> list:
+    return sorted((r["urn"], json.dumps(r.get("inputs"), sort_keys=True)) for r in state["deployment"]["resources"])

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, latest_version
 
-from pulumi_project import REPO, PulumiProject, require_tool, resource_name, resource_type
+from pulumi_project import REPO, PulumiProject, changed_steps, require_tool, resource_name, resource_type
 from toolchain.apiserver import LocalApiServer
 
 pytestmark = pytest.mark.timeout(1800)
@@ -43,7 +43,7 @@ def kubernetes_resources(state: dict) -> list[dict]:
 
 
 def test_preview_of_dev_plans_every_resource_as_a_create(dev):
-    steps = dev.preview["steps"]
+    steps = changed_steps(dev.preview)
     assert {step["op"] for step in steps} == {"create"}, [(step["op"], step["urn"]) for step in steps]
     types = [resource_type(step["urn"]) for step in steps]
     providers = [resource_name(step["urn"]) for step in steps if resource_type(step["urn"]) == PROVIDER_TYPE]
@@ -103,7 +103,7 @@ def test_moving_the_project_directory_changes_nothing(dev, tmp_path):
     """A fresh clone elsewhere (another developer, CI) previews the same deployed stack as unchanged."""
     elsewhere = PulumiProject.sharing_backend_of(dev.project, tmp_path)
     _, preview = elsewhere.preview_json("dev")
-    changed = [(step["op"], step["urn"]) for step in preview["steps"] if step["op"] != "same"]
+    changed = [(step["op"], step["urn"]) for step in changed_steps(preview)]
     assert not changed
 
 

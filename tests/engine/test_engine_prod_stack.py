@@ -9,7 +9,7 @@ import shutil
 import pytest
 import yaml
 
-from pulumi_project import PulumiProject, resource_type
+from pulumi_project import PulumiProject, changed_steps, resource_type
 from toolchain.apiserver import free_port
 
 pytestmark = pytest.mark.timeout(1800)
@@ -27,7 +27,7 @@ def prod(tmp_path_factory) -> PulumiProject:
 
 
 def _assert_plans_the_whole_stack(preview: dict) -> None:
-    steps = preview["steps"]
+    steps = changed_steps(preview)
     assert {step["op"] for step in steps} == {"create"}, [(step["op"], step["urn"]) for step in steps]
     types = [resource_type(step["urn"]) for step in steps]
     assert len(WORKLOAD_TYPES & set(types)) == 1

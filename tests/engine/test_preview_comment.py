@@ -45,6 +45,16 @@ def test_scaling_is_an_update_with_the_values_that_change():
     assert "pulumi:pulumi:Stack" not in markdown, "the unchanged root stack is not listed"
 
 
+def test_the_programs_read_of_its_last_outputs_is_not_listed_as_a_change():
+    """Every preview reads the stack's own last outputs (ddp_infra.claim_changes): a `read` step."""
+    document = recorded("dev-nodes-2-to-64")
+    urn = "urn:pulumi:dev::ddp-infra::pulumi:pulumi:StackReference::dev-last-deployment"
+    document["steps"].append({"op": "read", "urn": urn, "newState": {"urn": urn, "type": "pulumi:pulumi:StackReference"}})
+    _, markdown = comment(document, "dev")
+    assert "StackReference" not in markdown, markdown
+    assert re.search(r"^! ~ kubernetes:apps/v1:StatefulSet trainer: \(update\)$", markdown, re.M), markdown
+
+
 def test_a_claim_replaced_while_its_protection_is_removed_is_warned_about():
     """What the text parser missed: the replace of a claim whose `protect` goes in the same change."""
     document = recorded("prod-outputs-claim-replaced-while-unprotected")

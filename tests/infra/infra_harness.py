@@ -74,7 +74,15 @@ class RecordingMonitor(mocks.MockMonitor):
 
 
 class EchoMocks(pulumi.runtime.Mocks):
+    """Each resource's outputs are its inputs; a StackReference to the stack reads `previous_outputs`,
+    the outputs of the stack's last deployment (none: a stack never deployed)."""
+
+    def __init__(self, previous_outputs: Optional[dict[str, Any]] = None):
+        self.previous_outputs = previous_outputs or {}
+
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        if args.typ == "pulumi:pulumi:StackReference":
+            return f"{args.name}-id", {**args.inputs, "outputs": self.previous_outputs, "secretOutputNames": []}
         return f"{args.name}-id", args.inputs
 
     def call(self, args: pulumi.runtime.MockCallArgs):
@@ -86,7 +94,8 @@ class Evaluation:
     registered: list[Registered] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     secret_outputs: set[str] = field(default_factory=set)
-    error: Optional[stack_config.ConfigError] = None
+    # a ConfigError, or the RunError of a check that stopped the program (e.g. a refused claim change)
+    error: Optional[Exception] = None
 
     def of_type(self, type_: str) -> list[Registered]:
         return [r for r in self.registered if r.type == type_]
@@ -164,10 +173,15 @@ def engine_config(values: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def evaluate(values: dict[str, Any], stack: str = "dev", secret_keys: tuple[str, ...] = ()) -> Evaluation:
-    """Run load + build (what __main__.py does) under fresh mocks; record everything."""
-    monitor = RecordingMonitor(EchoMocks())
-    pulumi.runtime.set_mocks(EchoMocks(), project=PROJECT, stack=stack, preview=False, monitor=monitor)
+def evaluate(
+    values: dict[str, Any], stack: str = "dev", secret_keys: tuple[str, ...] = (),
+    previous_outputs: Optional[dict[str, Any]] = None,
+) -> Evaluation:
+    """Run load + build (what __main__.py does) under fresh mocks; record everything.
+    previous_outputs: the stack outputs of the last deployment (None: never deployed)."""
+    mocks_ = EchoMocks(previous_outputs)
+    monitor = RecordingMonitor(mocks_)
+    pulumi.runtime.set_mocks(mocks_, project=PROJECT, stack=stack, preview=False, monitor=monitor)
     pulumi.runtime.set_all_config(engine_config(values), [f"{PROJECT}:{key}" for key in secret_keys])
     evaluation = Evaluation()
 
@@ -189,7 +203,10 @@ def evaluate(values: dict[str, Any], stack: str = "dev", secret_keys: tuple[str,
 
         return resolve()
 
-    run()
+    try:
+        run()
+    except pulumi.RunError as error:
+        evaluation.error = error
     evaluation.registered = monitor.registered
     return evaluation
 
