@@ -11,7 +11,13 @@ from typing import Any
 
 from .config import NamespaceConfig, VolumeConfig
 from .pod_security import PRIVILEGED
-from .world import CONTAINER_NAME, MANAGED_BY, PART_OF, RENDEZVOUS_PORT_NAME, World
+from .world import CONTAINER_NAME, MANAGED_BY, PART_OF, RENDEZVOUS_PORT_NAME, WAIT_FOR_ANNOTATION, World
+
+# A claim is ready for `pulumi up` once the API server has given it a phase. The provider's own
+# check waits for Pending under a WaitForFirstConsumer class when it creates a claim, and a claim
+# it adopts after `pulumi destroy` (upsertExistingObjects) is a create of a claim already Bound:
+# that wait never ends, and `up` failed after 5 minutes (seen on the local cluster).
+CLAIM_READY = "jsonpath={.status.phase}"
 
 
 def namespace_manifest(namespace: NamespaceConfig, pod_security: str) -> dict[str, Any]:
@@ -35,7 +41,12 @@ def claim_manifest(role: str, volume: VolumeConfig, namespace: str) -> dict[str,
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": volume.claim_name, "namespace": namespace, "labels": World.storage_labels(role)},
+        "metadata": {
+            "name": volume.claim_name,
+            "namespace": namespace,
+            "labels": World.storage_labels(role),
+            "annotations": {WAIT_FOR_ANNOTATION: CLAIM_READY},
+        },
         "spec": spec,
     }
 

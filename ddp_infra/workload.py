@@ -12,9 +12,8 @@ from trainer import contract
 
 from .pod_patch import apply_pod_extras
 from .config import GPU_RESOURCE, SECONDARY_NETWORKS_ANNOTATION, SHM_VOLUME, TMP_VOLUME, StackConfig, parse_quantity
-from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, RENDEZVOUS_PORT_NAME, World
+from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, RENDEZVOUS_PORT_NAME, WAIT_FOR_ANNOTATION, World
 
-WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 # What `pulumi up` waits for when it does not wait for the pods: the controller has taken the
 # workload. skipAwait would be quicker, but it also skips waiting for a replaced world's deletion.
 ACCEPTED = {

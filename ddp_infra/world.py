@@ -20,6 +20,8 @@ MANAGED_BY = "pulumi"
 CONTAINER_NAME = "trainer"
 RENDEZVOUS_PORT_NAME = "rdzv"
 HF_TOKEN_SECRET_KEY = "token"
+# What `pulumi up` waits for on an object, in place of the provider's own readiness check.
+WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 
 
 @dataclass(frozen=True)

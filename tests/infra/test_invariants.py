@@ -323,6 +323,14 @@ def test_no_pod_setting_touches_a_claim(pod_setting, value):
 
 
 @pulumi.runtime.test
+@pytest.mark.parametrize("stack", harness.STACKS)
+def test_up_waits_for_a_claim_to_have_a_phase_not_to_be_pending(stack):
+    """An adopted claim (destroy, then up) is already Bound; the provider's own check would wait
+    for Pending until it times out. Every claim says what `pulumi up` waits for instead."""
+    for claim in evaluated(stack, 2).of_type(PVC):
+        assert claim.manifest["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.status.phase}"}
+
+
 def test_claims_are_retained_and_prod_outputs_protected():
     prod = {r.name: r for r in evaluated("prod", 8).of_type(PVC)}
     assert prod["storage-outputs"].protect and prod["storage-outputs"].retain_on_delete
