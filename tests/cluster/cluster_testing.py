@@ -1,9 +1,10 @@
-"""Deploying the program's objects to the local cluster and watching what the cluster does.
+"""Deploying the dev stack to the local cluster and watching what the cluster does.
 
-The objects are the program's own, evaluated under mocks from the committed stack file (see
-infra_harness), and applied with kubectl the way pulumi-kubernetes applies them (see DevStack):
-in the order it creates them (the namespace, then what the workload depends on, then the
-workload), with its create, update, replace and delete for each.
+With a Pulumi engine on PATH, the real `pulumi up` and `pulumi destroy` deploy it (EngineStack).
+Without one, the program's own objects, evaluated under mocks from the committed stack file (see
+infra_harness), are applied with kubectl the way pulumi-kubernetes applies them (DevStack): in
+the order it creates them (the namespace, then what the workload depends on, then the workload),
+with its create, update, replace and delete for each.
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from infra_harness import Registered, evaluate, stack_config_with, stack_file_config
+import pytest
+import yaml
+
+from ddp_infra.claim_changes import ClaimChangeRefused
+from infra_harness import DELETE, Evaluation, Registered, evaluate, stack_config_with, stack_file_config
+from pulumi_project import PROJECT, PulumiProject
 from trainer import contract
 from toolchain.cluster import LocalCluster
 
@@ -63,10 +69,9 @@ class DevStack:
         self.outputs: dict[str, Any] = {}
 
     def up(self, **overrides: Any) -> list[dict[str, Any]]:
-        evaluation = evaluate(stack_config_with("dev", **overrides))
-        assert evaluation.error is None, str(evaluation.error)
+        evaluation = _evaluated(stack_config_with("dev", **overrides), self.outputs)
         self.outputs = evaluation.outputs
-        wanted = _creation_order([r for r in evaluation.registered if r.custom and r.type.startswith("kubernetes:")])
+        wanted = _kubernetes_objects(evaluation)
         for resource in wanted:
             old = self.deployed.pop(_key(resource), None) or self._aliased(resource)
             if old is None:
@@ -97,6 +102,7 @@ class DevStack:
             if not resource.retain_on_delete:
                 self._delete(resource)
         self.deployed.clear()
+        self.outputs = {}  # a destroyed stack has no outputs
 
     def _create(self, resource: Registered) -> None:
         if resource.retain_on_delete:  # the retained objects' provider upserts
@@ -112,6 +118,60 @@ class DevStack:
         where = ["-n", namespace] if namespace else []
         self.cluster.kubectl("delete", kind.lower(), name, *where, "--cascade=foreground", "--wait=true",
                              f"--timeout={int(timeout)}s", timeout=timeout + 30)  # fmt: skip
+
+
+def _evaluated(values: dict[str, Any], previous_outputs: dict[str, Any]) -> Evaluation:
+    """The program's evaluation after a deployment that left `previous_outputs`; its refusal raised."""
+    evaluation = evaluate(values, previous_outputs=previous_outputs)
+    if evaluation.error is not None:
+        raise evaluation.error
+    return evaluation
+
+
+def _kubernetes_objects(evaluation: Evaluation) -> list[Registered]:
+    return _creation_order([r for r in evaluation.registered if r.custom and r.type.startswith("kubernetes:")])
+
+
+class EngineStack:
+    """The dev stack deployed to the cluster by the real `pulumi up` and `pulumi destroy`, from a copy
+    of the project with its own state backend (tests/engine/pulumi_project.py). Each `up` writes the
+    committed stack file's config with the test's changes and without renderDir, so the provider
+    applies to the cluster that KUBECONFIG names."""
+
+    def __init__(self, cluster: LocalCluster, root: Path):
+        self.project = PulumiProject(root)  # a skip when no engine is on PATH
+        Path(self.project.env["KUBECONFIG"]).symlink_to(cluster.kubeconfig)
+        self.project.init_stack("dev")
+        self.outputs: dict[str, Any] = {}
+
+    def up(self, **overrides: Any) -> list[dict[str, Any]]:
+        values = stack_config_with("dev", kubernetes__renderDir=DELETE, **overrides)
+        stack_file = self.project.stack_file("dev")
+        document = yaml.safe_load(stack_file.read_text())
+        document["config"] = {f"{PROJECT}:{key}": value for key, value in values.items()}
+        # Every scalar quoted: the engine reads YAML 1.2, where an unquoted 1e-3 is a number.
+        stack_file.write_text(yaml.safe_dump(document, default_style='"'))
+        result = self.project.run("up", "--stack", "dev", "--yes", "--skip-preview", "--color", "never", check=False)
+        if result.returncode != 0:
+            if "refused: a claim" in result.output:
+                raise ClaimChangeRefused(result.output)
+            raise AssertionError(f"pulumi up failed:\n{result.describe()}")
+        self.outputs = json.loads(self.project.stack_outputs("dev").stdout)
+        # What the provider applied: the program's objects, as the mock evaluation of the same config shows them.
+        return [r.manifest for r in _kubernetes_objects(evaluate(values))]
+
+    def destroy(self) -> None:
+        self.project.run("destroy", "--stack", "dev", "--yes", "--skip-preview", "--color", "never")
+        self.outputs = {}
+
+
+def deployed_stack(cluster: LocalCluster, root: Path) -> EngineStack | DevStack:
+    """EngineStack where an engine is on PATH, else DevStack."""
+    try:
+        return EngineStack(cluster, root)
+    except pytest.skip.Exception as no_engine:
+        print(f"\n[dev stack] applied as the provider would (no engine: {no_engine.msg})")
+        return DevStack(cluster)
 
 
 def delete_namespace(cluster: LocalCluster, namespace: str, timeout: float = 240) -> None:

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from cluster_testing import DEV, NAMESPACE, TEST_DOMAIN, DevStack, delete_namespace
+from cluster_testing import DEV, NAMESPACE, TEST_DOMAIN, delete_namespace, deployed_stack
 from toolchain.cluster import LocalCluster
 
 
@@ -40,10 +40,10 @@ def dev_image(cluster):
 
 
 @pytest.fixture
-def dev_stack(cluster, dev_image):
-    """The dev stack, brought up and changed by the test (DevStack.up with overrides); removed after,
-    its retained claims and namespace included."""
-    stack = DevStack(cluster)
+def dev_stack(cluster, dev_image, tmp_path):
+    """The dev stack, brought up and changed by the test (`up` with overrides), by the real engine
+    where one is on PATH; removed after, its retained claims and namespace included."""
+    stack = deployed_stack(cluster, tmp_path / "engine")
     yield stack
     try:
         stack.destroy()

@@ -1,8 +1,9 @@
 """What a cluster does to a training world, and the world surviving it: any pod lost (pod 0, which
 hosts the rendezvous store, included), a resize while it trains, and destroy then up.
 
-Each journey runs the dev stack's own objects, applied as the provider applies them (DevStack),
-and reads what the cluster and /out show. The figures (time to re-form, time for a resize) are
+Each journey deploys the dev stack with the real `pulumi up` where an engine is on PATH, else
+applies its objects as the provider would (see cluster_testing), and reads what the cluster and
+/out show. The figures (time to re-form, time for a resize) are
 printed for the README.
 """
 
@@ -21,6 +22,7 @@ from cluster_testing import (
     NAMESPACE, WORKLOAD, all_logs, evict, get, job_condition, pod_name, pods, run_dir, wait_for, world_pods,
     world_running,
 )  # fmt: skip
+from ddp_infra.claim_changes import ClaimChangeRefused
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(1500)
@@ -184,6 +186,13 @@ def test_destroy_then_up_adopts_the_retained_claims_and_resumes(cluster, dev_sta
     wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
     wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
     claims = {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()}
+
+    # A claim change that the claim cannot take in place is refused before anything changes.
+    world = {index: pod["metadata"]["uid"] for index, pod in world_pods(cluster).items()}
+    with pytest.raises(ClaimChangeRefused, match=r"storage\.outputs\.storageClass.*would replace claim"):
+        dev_stack.up(run__args=RUN_ARGS, storage__outputs__storageClass="fast")
+    assert {index: pod["metadata"]["uid"] for index, pod in world_pods(cluster).items()} == world
+    assert {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()} == claims
 
     dev_stack.destroy()
     # The world is gone, after a checkpoint; the claims and their namespace are kept.
