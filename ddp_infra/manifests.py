@@ -1,5 +1,5 @@
 """The world's other objects, as plain Kubernetes dicts: namespace, claims, rendezvous Service,
-NetworkPolicy, PodDisruptionBudget, ServiceAccount and the token Secret's metadata.
+NetworkPolicy, PodDisruptionBudget, ServiceAccount and the token Secret.
 
 Pure functions, no Pulumi. A claim is built from its storage config and the namespace only,
 so nothing about the workload (nodes, image, resources, ...) can ever change a claim.
@@ -11,7 +11,7 @@ from typing import Any
 
 from .config import NamespaceConfig, VolumeConfig
 from .pod_security import PRIVILEGED
-from .world import CONTAINER_NAME, MANAGED_BY, PART_OF, RENDEZVOUS_PORT_NAME, WAIT_FOR_ANNOTATION, World
+from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, MANAGED_BY, PART_OF, RENDEZVOUS_PORT_NAME, WAIT_FOR_ANNOTATION, World
 
 # A claim is ready for `pulumi up` once the API server has given it a phase. The provider's own
 # check waits for Pending under a WaitForFirstConsumer class when it creates a claim, and a claim
@@ -125,7 +125,13 @@ def service_account_manifest(world: World) -> dict[str, Any]:
     }
 
 
-def hf_token_secret_metadata(world: World) -> dict[str, Any]:
-    """The Secret's metadata; its data is the secret Output and never passes through here."""
+def hf_token_secret_manifest(world: World, token: Any) -> dict[str, Any]:
+    """`token` is the secret Output, placed as it is: its value never passes through here."""
     assert world.hf_token_secret_name, "no token configured"
-    return _metadata(world, world.hf_token_secret_name, "hf-token")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(world, world.hf_token_secret_name, "hf-token"),
+        "type": "Opaque",
+        "stringData": {HF_TOKEN_SECRET_KEY: token},
+    }

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 import pulumi
-import pulumi_kubernetes as k8s
 
-from ..manifests import hf_token_secret_metadata
-from ..world import HF_TOKEN_SECRET_KEY, World
+from ..manifests import hf_token_secret_manifest
+from ..world import World
 from .base import Component
+from .kubernetes_object import KubernetesObject
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,6 @@ class HfTokenSecretArgs:
 class HfTokenSecret(Component):
     def __init__(self, name: str, args: HfTokenSecretArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("HfTokenSecret", name, opts)
-        self.secret = k8s.core.v1.Secret(
-            name,
-            metadata=hf_token_secret_metadata(args.world),
-            type="Opaque",
-            string_data={HF_TOKEN_SECRET_KEY: pulumi.Output.secret(args.token)},
-            opts=self.child(),
-        )
+        manifest = hf_token_secret_manifest(args.world, pulumi.Output.secret(args.token))
+        self.secret = KubernetesObject(name, manifest, opts=self.child())
         self.register_outputs({"name": self.secret.metadata["name"]})

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from ..config import NamespaceConfig
 from ..manifests import namespace_manifest
 from .base import Component
+from .kubernetes_object import KubernetesObject
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,9 @@ class TrainingNamespace(Component):
     def __init__(self, name: str, args: TrainingNamespaceArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Namespace", name, opts)
         manifest = namespace_manifest(args.namespace, args.pod_security)
-        self.namespace = k8s.core.v1.Namespace(
+        self.namespace = KubernetesObject(
             name,
-            metadata=manifest["metadata"],
+            manifest,
             opts=self.child(
                 retain_on_delete=args.retain_on_delete,
                 protect=args.protect,

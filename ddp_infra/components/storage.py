@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from ..config import StorageConfig
 from ..manifests import claim_manifest
 from .base import Component
+from .kubernetes_object import KubernetesObject
 
 
 @dataclass(frozen=True)
@@ -32,15 +32,14 @@ class TrainingStorageArgs:
 class TrainingStorage(Component):
     def __init__(self, name: str, args: TrainingStorageArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Storage", name, opts)
-        self.claims: dict[str, k8s.core.v1.PersistentVolumeClaim] = {}
+        self.claims: dict[str, KubernetesObject] = {}
         for role, volume in args.storage.volumes().items():
             if not volume.create:
                 continue
             manifest = claim_manifest(role, volume, args.namespace)
-            self.claims[role] = k8s.core.v1.PersistentVolumeClaim(
+            self.claims[role] = KubernetesObject(
                 f"{name}-{role}",
-                metadata=manifest["metadata"],
-                spec=args.changes_allowed.apply(lambda _, spec=manifest["spec"]: spec),
+                {**manifest, "spec": args.changes_allowed.apply(lambda _, spec=manifest["spec"]: spec)},
                 opts=self.child(
                     retain_on_delete=volume.retain_on_delete,
                     protect=volume.protect,

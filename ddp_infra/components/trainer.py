@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from trainer import contract
 
@@ -36,6 +35,7 @@ from ..config import StackConfig
 from ..workload import workload_manifest
 from ..world import World
 from .base import Component
+from .kubernetes_object import KubernetesObject, type_token
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,7 @@ class Trainer(Component):
     def __init__(self, name: str, args: TrainerArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Trainer", name, opts)
         manifest = workload_manifest(args.config, args.world)
-        resource_class, _ = KINDS[args.world.workload_kind]
-        (other_type,) = (token for kind, (_, token) in KINDS.items() if kind != args.world.workload_kind)
+        (other_type,) = (token for kind, token in TYPES.items() if kind != args.world.workload_kind)
         workload_options = self.child(
             custom_timeouts=_timeouts(args.config),
             delete_before_replace=True,
@@ -57,16 +56,14 @@ class Trainer(Component):
             # The workload as the other kind is this same resource: a kind switch is a replace too.
             aliases=[pulumi.Alias(type_=other_type)],
         )
-        self.workload: pulumi.CustomResource = resource_class(
-            name, metadata=manifest["metadata"], spec=manifest["spec"], opts=workload_options
-        )
-        self.register_outputs({"name": self.workload.metadata["name"]})  # type: ignore[attr-defined]
+        self.workload = KubernetesObject(name, manifest, opts=workload_options)
+        self.register_outputs({"name": self.workload.metadata["name"]})
 
 
-# Each workload kind's resource class and Pulumi type token.
-KINDS = {
-    contract.INDEXED_JOB: (k8s.batch.v1.Job, "kubernetes:batch/v1:Job"),
-    contract.STATEFULSET: (k8s.apps.v1.StatefulSet, "kubernetes:apps/v1:StatefulSet"),
+# Each workload kind's Pulumi type.
+TYPES = {
+    contract.INDEXED_JOB: type_token("batch/v1", "Job"),
+    contract.STATEFULSET: type_token("apps/v1", "StatefulSet"),
 }
 
 

@@ -42,6 +42,8 @@ class Registered:
     delete_before_replace: bool
     replace_on_changes: list[str]
     alias_types: list[str]  # the types of the aliases it registers: what it may have been before
+    additional_secret_outputs: list[str]
+    version: str  # of the provider plugin it asks for
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -69,6 +71,7 @@ class RecordingMonitor(mocks.MockMonitor):
                 custom_timeouts={k: getattr(timeouts, k) for k in ("create", "update", "delete") if getattr(timeouts, k)},
                 delete_before_replace=request.deleteBeforeReplace, replace_on_changes=list(request.replaceOnChanges),
                 alias_types=[alias.spec.type for alias in request.aliases if alias.spec.type],
+                additional_secret_outputs=list(request.additionalSecretOutputs), version=request.version,
             ))
         return response
 
