@@ -19,7 +19,7 @@ from trainer_testing import (
 )  # fmt: skip
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from trainer.lm_data import read_texts
+from trainer.documents import read_texts
 
 EOS = "<|endoftext|>"
 
