@@ -1,7 +1,7 @@
 """The real job: a causal language model trained on text from the data volume.
 
-By default a small GPT with a byte tokenizer (nothing to download). With --model-local-dir, a
-Hugging Face causal LM from a local directory, offline (see trainer/hugging_face.py).
+By default a small GPT with a byte tokenizer (nothing to download). With --model-local-dir (or
+--model-id), a Hugging Face causal LM (see trainer/hugging_face.py: offline unless --allow-download).
 The text is tokenized once into memory-mapped shards that every rank reads (trainer/lm_corpus.py).
 """
 
@@ -47,7 +47,7 @@ def _next_token_loss(model, blocks):
 def _hugging_face_task(args: argparse.Namespace, source, tokenizer, train_set, val_set) -> Task:
     transformers = hugging_face.import_transformers(source.flag)
     # fp32 weights whatever the directory holds (often bf16): the optimizer updates them, autocast does the rest
-    model = hugging_face.load(source, transformers.AutoModelForCausalLM, dtype=torch.float32)
+    model = hugging_face.load(source, transformers.AutoModelForCausalLM, args.allow_download, dtype=torch.float32)
 
     def loss(model, blocks):
         logits = model(input_ids=blocks[:, :-1], use_cache=False).logits  # no cache: nothing generates

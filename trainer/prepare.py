@@ -1,7 +1,8 @@
 """Tokenize the lm task's corpus into its token cache ahead of training: `python -m trainer.prepare [lm flags]`.
 
 It takes the lm task's data and tokenizer flags (--data-dir, --train-file, --val-file, --text-field,
---token-cache-dir, --model-local-dir / --tokenizer-local-dir), so training with the same flags finds these shards and tokenizes nothing. Run it
+--token-cache-dir, --model-local-dir / --model-id / --tokenizer-local-dir, --local-files-only /
+--allow-download), so training with the same flags finds these shards and tokenizes nothing. Run it
 once per corpus, e.g. from a Job or a pod's shell; training prepares what is missing anyway (one
 process tokenizes, the others wait), so this is for corpora large enough to prepare before the
 GPUs are held.
