@@ -50,7 +50,10 @@ def prepare_shards(args: argparse.Namespace, tokenizer) -> list[tuple[Shard, boo
     ]
     missing = [str(s.path) for s in sources if not s.path.exists()]
     if missing:
-        raise FileNotFoundError(f"no {' or '.join(missing)}: put JSONL files with a {args.text_field!r} field there")
+        raise FileNotFoundError(
+            f"no {' or '.join(missing)}: put the text there (JSONL with a {args.text_field!r} field, .txt, or a "
+            "save_to_disk directory), or name other files with --train-file / --val-file"
+        )
     results = []
     for source in sources:
         started = time.monotonic()

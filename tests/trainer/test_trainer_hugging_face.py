@@ -299,3 +299,16 @@ def test_a_model_id_is_not_downloaded_by_default_and_the_message_says_how(worksp
     assert "--model-id acme/tiny-gpt2: not in the Hugging Face cache" in text
     assert "add --allow-download to fetch it" in text
     assert hub.requests == []
+
+
+@pytest.mark.timeout(90)
+def test_a_tokenizer_alone_gives_the_small_gpt_its_vocabulary(workspace, model_dir, tmp_path):
+    args = ["-m", "trainer.train", "lm", "--tokenizer-local-dir", str(model_dir), "--data-dir", str(workspace / "data"),
+            "--token-cache-dir", str(tmp_path / "cache"), "--epochs", "1", "--batch", "4", "--seq-len", "32",
+            "--d-model", "32", "--n-layer", "1", "--n-head", "2", "--out-dir", str(tmp_path)]  # fmt: skip
+    code, text = run_to_end([PYTHON, *args], guarded_env(workspace), tmp_path / "tokenizer.log", timeout=80)
+    assert code == 0, text[-4000:]
+    assert text.count("[DATA]") == 2 and "[NETWORK]" not in text
+    vocab_size = len(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
+    state = torch.load(tmp_path / "local" / "epoch-1" / "model.pt")
+    assert state["tokens.weight"].shape[0] == vocab_size != 257
