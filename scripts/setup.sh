@@ -41,7 +41,7 @@ else
 fi
 
 # The venv is keyed on the pinned requirements and the interpreter: a change to either builds a new one.
-key=$( { cat "$root/requirements.txt" "$root/trainer/requirements.txt" "$root/requirements-dev.txt"; "$python" -VV; } | sha256sum | cut -c1-16)
+key=$( { cat "$root/requirements.txt" "$root/trainer/requirements.txt" "$root/trainer/requirements-transformers.txt" "$root/requirements-dev.txt"; "$python" -VV; } | sha256sum | cut -c1-16)
 venv="$cache/venv-$key"
 if [ ! -f "$venv/.complete" ]; then
   echo "[setup] creating $venv"

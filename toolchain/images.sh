@@ -4,8 +4,8 @@
 # docker-archive tar that `ctr -n k8s.io images import <tar>` (containerd 1.6) accepts:
 #   - pause:        the pod sandbox, one static C binary (toolchain/pause.c);
 #   - trainer-base: Debian bookworm (debootstrap minbase) with Debian's python3, a virtualenv at
-#                   /opt/venv first on PATH, and the torch pin of trainer/requirements.txt from
-#                   PyPI (with its nvidia-* CUDA libraries: about 5 GB installed); it stands in
+#                   /opt/venv first on PATH, and the pins of trainer/requirements.txt (torch with
+#                   its nvidia-* CUDA libraries: about 5 GB installed) from PyPI; it stands in
 #                   for the pytorch/pytorch base and lives only in buildah's storage, not as a tar;
 #   - trainer:      trainer/Dockerfile as it is, build context trainer/, on that base, no pull.
 # Each image is named after a key, a hash of everything it is built from: its recipe below (the
@@ -52,6 +52,9 @@ if [ -z "$torch_version" ]; then
   echo "[images] $trainer_dir/requirements.txt must pin torch==X" >&2
   exit 1
 fi
+# Every pin of trainer/requirements.txt goes into the base, so that the Dockerfile's own
+# `RUN pip install -r requirements.txt` finds them installed and needs no network.
+mapfile -t trainer_pins < <(sed -n 's/^\([A-Za-z0-9_.-]*==[^[:space:];#]*\).*/\1/p' "$trainer_dir/requirements.txt")
 
 # What the base is made of. Part of the base's key (see keys below).
 suite=bookworm
@@ -160,8 +163,8 @@ EOF
   local wheels=(--no-index --find-links /var/cache/ddp-wheels)
   in_root "$mnt" "${pip[@]}" download --progress-bar off --dest /var/cache/ddp-wheels "pip==$pip_version"
   in_root "$mnt" "${pip[@]}" install "${wheels[@]}" "pip==$pip_version"
-  in_root "$mnt" "${pip[@]}" download --progress-bar off --dest /var/cache/ddp-wheels "torch==$torch_version"
-  in_root "$mnt" "${pip[@]}" install "${wheels[@]}" "torch==$torch_version"
+  in_root "$mnt" "${pip[@]}" download --progress-bar off --dest /var/cache/ddp-wheels "${trainer_pins[@]}"
+  in_root "$mnt" "${pip[@]}" install "${wheels[@]}" "${trainer_pins[@]}"
   in_root "$mnt" "${pip[@]}" check
   in_root "$mnt" "$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'
   # Lean: no apt lists or caches, no logs, docs or man pages, no build-time files; the container
@@ -181,7 +184,7 @@ EOF
   trap - EXIT
   for e in "${base_env[@]}"; do env+=(--env "$e"); done
   bah config "${env[@]}" --cmd '["python"]' \
-    --created-by "debootstrap --variant=minbase $suite; apt-get install $pkgs; $venv: pip==$pip_version torch==$torch_version (toolchain/images.sh)" \
+    --created-by "debootstrap --variant=minbase $suite; apt-get install $pkgs; $venv: pip==$pip_version ${trainer_pins[*]} (toolchain/images.sh)" \
     "$ctr"
   bah commit --signature-policy "$cache/policy.json" --format docker --rm "$ctr" "$base_ref.partial"
   bah tag "$base_ref.partial" "$base_ref"
@@ -286,7 +289,7 @@ hash16() { sha256sum | cut -c1-16; }
 # The keys: recipe text (bash's own rendering of the functions, so comments do not count) and
 # values, sources, and the key of the image underneath.
 pause_key=$({ declare -f build_pause export_image; cat "$here/pause.c"; } | hash16)
-base_key=$({ declare -f build_base in_root; declare -p suite debian_packages venv pip_version base_env; echo "torch==$torch_version"; } | hash16)
+base_key=$({ declare -f build_base in_root; declare -p suite debian_packages venv pip_version base_env trainer_pins; } | hash16)
 trainer_key=$({ declare -f build_trainer export_image; echo "base $base_key"; context_digest "$trainer_dir"; } | hash16)
 
 pause_ref=localhost/ddp-infra/pause:$pause_key

@@ -1,15 +1,21 @@
-"""`lm --model-local-dir`: a Hugging Face causal LM from a local directory, trained offline with DDP.
+"""`lm --model-local-dir`: a Hugging Face causal LM from a local directory, trained offline with DDP;
+`lm --model-id --allow-download`: the same model fetched from a Hub, with the token the stack mounts.
 
 The model directory is built here (a 1-layer GPT-2 and a byte-level BPE tokenizer trained on the
-test corpus), so nothing is downloaded; the runs get the image's offline flags and a guard that
-refuses, and reports, any host other than loopback that Python resolves or connects to.
+test corpus), so nothing is downloaded from the internet: the "Hub" is a local HTTP server serving
+that directory (HF_ENDPOINT). The runs get a guard that refuses, and reports, any host other than
+loopback that Python resolves or connects to.
 """
 
 from __future__ import annotations
 
+import hashlib
+import http.server
 import json
 import math
 import shutil
+import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +25,7 @@ from trainer_testing import (
 )  # fmt: skip
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from trainer.lm_data import read_texts
+from trainer.documents import read_texts
 
 EOS = "<|endoftext|>"
 
@@ -182,3 +188,127 @@ def test_without_transformers_the_flag_says_to_install_it(workspace, model_dir, 
     (hidden / "transformers" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'transformers'\")\n")
     text = fail_to_start(workspace, tmp_path, model_dir, PYTHONPATH=f"{hidden}:{offline_env(workspace)['PYTHONPATH']}")
     assert "--model-local-dir needs the transformers package, which is not installed: pip install transformers" in text
+
+
+class FakeHub:
+    """The Hugging Face Hub's file endpoints for one repository, served from a local directory; records
+    every request with its Authorization header."""
+
+    COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+    def __init__(self, repo_id: str, directory: Path):
+        self.requests: list[tuple[str, str, str | None]] = []
+        hub = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_HEAD(self):
+                self.answer(send_body=False)
+
+            def do_GET(self):
+                self.answer(send_body=True)
+
+            def answer(self, send_body: bool):
+                hub.requests.append((self.command, self.path, self.headers.get("Authorization")))
+                prefix = f"/{repo_id}/resolve/"
+                path = self.path.split("?")[0]
+                file = directory / path[len(prefix) :].split("/", 1)[-1] if path.startswith(prefix) else None
+                if file is None or not file.is_file():
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", "EntryNotFound")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                data = file.read_bytes()
+                self.send_response(200)
+                self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+                self.send_header("X-Repo-Commit", FakeHub.COMMIT)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if send_body:
+                    self.wfile.write(data)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def downloads(self) -> list[tuple[str, str | None]]:
+        """(file, Authorization header) of each file fetched."""
+        return [(path.rsplit("/", 1)[-1], auth) for method, path, auth in self.requests if method == "GET" and "/resolve/" in path]
+
+
+@pytest.fixture
+def hub(model_dir):
+    served = FakeHub("acme/tiny-gpt2", model_dir)
+    yield served
+    served.server.shutdown()
+
+
+def one_epoch_args(workspace, *model_flags: str) -> list[str]:
+    return [
+        "-m", "trainer.train", "lm", *model_flags, "--data-dir", str(workspace / "data"),
+        "--epochs", "1", "--batch", "4", "--seq-len", "32", "--lr", "3e-3", "--log-every", "5",
+    ]  # fmt: skip
+
+
+def guarded_env(workspace, **extra: str) -> dict[str, str]:
+    """No offline variables: the flags alone decide."""
+    env = clean_env(**{"HF_HOME": str(workspace / "hf-home"), **extra})
+    env["PYTHONPATH"] = f"{workspace / 'guard'}:{env['PYTHONPATH']}"
+    return env
+
+
+@pytest.mark.timeout(120)
+def test_seed_001s_flags_train_offline_in_a_world_of_two(workspace, model_dir, hub, tmp_path):
+    flags = ["--model-local-dir", str(model_dir), "--tokenizer-local-dir", str(model_dir), "--local-files-only"]
+    env = guarded_env(workspace, **pod_env("seed-0", free_port(), nnodes=1, nproc=2, run_name="seed"), OUT_DIR=str(tmp_path),
+                      HF_ENDPOINT=hub.url)  # fmt: skip
+    code, text = run_to_end(entrypoint_command(one_epoch_args(workspace, *flags)), env, tmp_path / "seed.log", timeout=100)
+    assert code == 0, text[-4000:]
+    assert "[NETWORK]" not in text and hub.requests == [], "offline: nothing is asked of any hub"
+    lines = done_lines(text)
+    assert len(lines) == 2 and same_result(lines[0]) == same_result(lines[1]), "replicas diverged"
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "seed" / "epoch-1", local_files_only=True)
+
+
+@pytest.mark.timeout(120)
+def test_allow_download_fetches_a_model_id_with_the_mounted_token_in_a_world_of_two(workspace, hub, tmp_path):
+    # the image's offline variables are set, as in a pod: --allow-download lifts them for the process
+    env = guarded_env(workspace, **pod_env("dl-0", free_port(), nnodes=1, nproc=2, run_name="dl"), OUT_DIR=str(tmp_path),
+                      HF_ENDPOINT=hub.url, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_TOKEN="hf_mounted",
+                      HF_HOME=str(tmp_path / "hf-home"))  # fmt: skip
+    args = one_epoch_args(workspace, "--model-id", "acme/tiny-gpt2", "--allow-download")
+    code, text = run_to_end(entrypoint_command(args), env, tmp_path / "download.log", timeout=100)
+    assert code == 0, text[-4000:]
+    assert "[NETWORK]" not in text
+    fetched = hub.downloads()
+    assert {"config.json", "tokenizer.json", "model.safetensors"} <= {name for name, _ in fetched}
+    assert {auth for _, auth in fetched} == {"Bearer hf_mounted"}
+    lines = done_lines(text)
+    assert len(lines) == 2 and same_result(lines[0]) == same_result(lines[1]), "replicas diverged"
+
+
+@pytest.mark.timeout(60)
+def test_a_model_id_is_not_downloaded_by_default_and_the_message_says_how(workspace, hub, tmp_path):
+    command = [PYTHON, *one_epoch_args(workspace, "--model-id", "acme/tiny-gpt2"), "--out-dir", str(tmp_path)]
+    env = guarded_env(workspace, HF_ENDPOINT=hub.url, HF_TOKEN="hf_mounted", HF_HOME=str(tmp_path / "empty-cache"))
+    code, text = run_to_end(command, env, tmp_path / "offline.log", timeout=60)
+    assert code == 1 and "Traceback" not in text, text[-4000:]
+    assert "--model-id acme/tiny-gpt2: not in the Hugging Face cache" in text
+    assert "add --allow-download to fetch it" in text
+    assert hub.requests == []
+
+
+@pytest.mark.timeout(90)
+def test_a_tokenizer_alone_gives_the_small_gpt_its_vocabulary(workspace, model_dir, tmp_path):
+    args = ["-m", "trainer.train", "lm", "--tokenizer-local-dir", str(model_dir), "--data-dir", str(workspace / "data"),
+            "--token-cache-dir", str(tmp_path / "cache"), "--epochs", "1", "--batch", "4", "--seq-len", "32",
+            "--d-model", "32", "--n-layer", "1", "--n-head", "2", "--out-dir", str(tmp_path)]  # fmt: skip
+    code, text = run_to_end([PYTHON, *args], guarded_env(workspace), tmp_path / "tokenizer.log", timeout=80)
+    assert code == 0, text[-4000:]
+    assert text.count("[DATA]") == 2 and "[NETWORK]" not in text
+    vocab_size = len(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
+    state = torch.load(tmp_path / "local" / "epoch-1" / "model.pt")
+    assert state["tokens.weight"].shape[0] == vocab_size != 257

@@ -43,6 +43,35 @@ def test_hadolint_passes():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def install_commands(tmp_path, with_transformers: str) -> tuple[int, list[str]]:
+    """The Dockerfile's pip RUN under sh with a stub pip: its exit status and the pip command lines it ran."""
+    [run] = [args for args in values_of("RUN") if "pip install" in args]
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    (tmp_path / "bin" / "pip").write_text(f'#!/bin/sh\necho "pip $*" >> {tmp_path}/pip.log\n')
+    (tmp_path / "bin" / "pip").chmod(0o755)
+    (tmp_path / "pip.log").write_text("")
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "WITH_TRANSFORMERS": with_transformers}
+    result = subprocess.run(["sh", "-c", run], env=env, capture_output=True, text=True, timeout=30)
+    return result.returncode, (tmp_path / "pip.log").read_text().splitlines()
+
+
+def test_the_transformers_variant_installs_the_pin_the_tests_run(tmp_path):
+    assert "WITH_TRANSFORMERS=0" in values_of("ARG"), "the default image leaves transformers out"
+    assert install_commands(tmp_path, "0") == (0, ["pip install --no-cache-dir -r /app/trainer/requirements.txt"])
+    assert install_commands(tmp_path, "1") == (0, [
+        "pip install --no-cache-dir -r /app/trainer/requirements.txt",
+        "pip install --no-cache-dir -r /app/trainer/requirements-transformers.txt",
+    ])  # fmt: skip
+    assert install_commands(tmp_path, "yes")[0] != 0, "a value other than 0 or 1 fails the build"
+    # one pin for the image and the tests: requirements-dev.txt includes the image's file
+    import transformers
+
+    pins = (TRAINER / "requirements-transformers.txt").read_text().split()
+    assert f"transformers=={transformers.__version__}" in pins
+    assert "-r trainer/requirements-transformers.txt" in (REPO / "requirements-dev.txt").read_text().splitlines()
+    assert "requirements-transformers.txt" in " ".join(values_of("COPY"))
+
+
 def test_dockerfile_holds_to_the_contract():
     assert values_of("USER") == [f"{c.IMAGE_UID}:{c.IMAGE_GID}"]
     assert values_of("WORKDIR") == ["/app"]
