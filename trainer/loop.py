@@ -127,7 +127,7 @@ class Trainer:
             raise ValueError(f"{chosen} has checkpoint format {state.get('format')}, this trainer reads {CHECKPOINT_FORMAT}")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scaler.load_state_dict(state["scaler"])
+        self._load_scaler_state(state["scaler"])
         self.progress = Progress(**state["progress"])
         self.last_saved_step = self.progress.global_step
         resized = state["world_size"] != self.d.world_size
@@ -143,6 +143,13 @@ class Trainer:
                       f"sample {p.samples_in_epoch}/{len(self.task.train_set)}")  # fmt: skip
         world = f", world of {self.d.world_size} (was {state['world_size']})" if resized else ""
         self.log(f"[CKPT] resumed from {Path(chosen).name}: {where}, global step {p.global_step}{world}")
+
+    def _load_scaler_state(self, state: dict[str, Any]) -> None:
+        """fp16's loss scale; a checkpoint saved in bf16 or fp32 (another GPU, the CPU) has none to give."""
+        if self.scaler.is_enabled() and not state:
+            self.log("[CKPT] the checkpoint has no loss-scaler state (saved in bf16 or fp32): fp16 starts from the initial scale")
+            return
+        self.scaler.load_state_dict(state)  # a disabled scaler (bf16, fp32) ignores an fp16 run's state
 
     def save_checkpoint(self, reason: str) -> None:
         """Called by every rank (the RNG states are gathered); rank 0 writes."""
@@ -297,7 +304,9 @@ class Trainer:
 def _amp_dtype(device: torch.device) -> torch.dtype | None:
     if device.type != "cuda":
         return None  # CPU autocast is slower than fp32 for these models
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    # Native bf16 only (compute capability 8.0 on): where torch would emulate it (T4, V100) it is slow,
+    # and fp16 with a loss scaler is what those GPUs run fast.
+    return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
 
 
 def _perplexity(loss: float) -> float:
