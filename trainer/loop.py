@@ -7,6 +7,7 @@ Decisions (checkpoint now, stop now) follow from values every rank has, so no ra
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import time
@@ -98,6 +99,9 @@ class Trainer:
         world_step = self.sampler.world_step
         self.progress = Progress(warmup_samples=cfg.warmup_steps * world_step, epoch_samples=steps_per_epoch * world_step)
         self.last_saved_step = -1
+        # The model was initialized from the run's seed, the same on every rank; from here on each rank
+        # draws its own dropout masks (a resume replaces this stream with the checkpoint's).
+        _seed_all(rank_seed(cfg.seed, d.rank, step=0))
 
     def _lr_factor(self) -> float:
         """Linear warmup, then cosine down to min_lr_ratio, over the samples the run has seen."""
@@ -134,7 +138,7 @@ class Trainer:
         if not resized:
             _set_rng_state(state["rng"][self.d.rank])
         else:  # a resized world cannot replay the old ranks' streams; derive fresh ones
-            _seed_all(self.cfg.seed + 1000 * self.progress.global_step + self.d.rank)
+            _seed_all(rank_seed(self.cfg.seed, self.d.rank, step=self.progress.global_step))
         if self.d.is_main:
             self.run.forget_metrics_from(self.progress.epoch + 1)
         p = self.progress
@@ -326,6 +330,16 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     if state["cuda"] is not None:
         torch.cuda.set_rng_state(state["cuda"])
     random.setstate(state["python"])
+
+
+def rank_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of one rank's random stream (dropout) when it starts at global step `step`.
+
+    Distinct per rank, so the ranks drop different units; distinct from the run's seed, so rank 0 does not
+    replay the numbers that initialized the weights; the same for the same run, so runs repeat.
+    """
+    digest = hashlib.sha256(f"run seed {seed}, rank {rank}, step {step}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
 
 
 def _seed_all(seed: int) -> None:

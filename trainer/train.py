@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     stop = StopRequest()  # armed by the training loop; before it, SIGTERM ends the process as usual
     random.seed(args.seed)
-    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    torch.manual_seed(args.seed)  # the same initial weights on every rank; the trainer then gives each rank its own stream
     d = distributed.init(args.device, args.pg_timeout)
     # global_rank is torch's RANK; pod_index is the pod it runs in (NODE_RANK), as the pod's first [DDP] line says
     pod_index = os.environ.get(c.NODE_RANK.name) or "?"
