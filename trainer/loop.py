@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Subset
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointStore
 from trainer.distributed import Dist, gather_to_all, main_decides, sum_across
+from trainer.load import params_sum, write_card
 from trainer.outputs import RunDir, write_json
 from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest
@@ -193,7 +194,7 @@ class Trainer:
             val_loss = self.validate()
             last = {"epochs": self.progress.epoch, "train_loss": self.progress.last_train_loss, "val_loss": val_loss,
                     "val_ppl": _perplexity(val_loss), "best": f"epoch-{self.progress.best_epoch}"}  # fmt: skip
-        summary = {**last, "run": self.run_name, "steps": self.progress.global_step, "params_sum": self.params_sum(),
+        summary = {**last, "run": self.run_name, "steps": self.progress.global_step, "params_sum": params_sum(self.model),
                    "seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
         # every rank reports: equal lines across ranks show the replicas ended identical
         print(f"[DONE] rank={self.d.rank} " + " ".join(f"{k}={v}" for k, v in summary.items()), flush=True)
@@ -264,6 +265,7 @@ class Trainer:
         if self.d.is_main:
             directory = self.run.epoch_dir(epoch)
             self.task.save(self.model, directory)
+            write_card(directory, self.model, self.task.card)
             write_json(directory / "metrics.json", record)
             self.run.append_metrics(record)
             if improved:
@@ -290,10 +292,6 @@ class Trainer:
         self.model.train()
         total, count = sum_across(self.d, [loss_sum, units])
         return total / count
-
-    def params_sum(self) -> float:
-        """A fingerprint of the weights: equal runs give equal sums, to the last bit."""
-        return float(sum(p.detach().double().sum() for p in self.model.parameters()))
 
     def _autocast(self):
         if self.amp_dtype is None:

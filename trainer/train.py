@@ -7,6 +7,7 @@ restarts, since that is where a restarted process finds the checkpoint to resume
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import sys
@@ -73,6 +74,7 @@ def config_of(args: argparse.Namespace) -> TrainConfig:
 
 def train(args: argparse.Namespace, d: distributed.Dist, stop: StopRequest) -> None:
     task = TASKS[args.task].make_task(args)
+    task = dataclasses.replace(task, card={"task": args.task, **task.card})
     trainer = Trainer(task, d, config_of(args), RunDir(args.out_dir / args.run_name), stop, args.run_name)
     trainer.resume()
     trainer.fit()
