@@ -51,6 +51,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    architecture = "gpt"  # how trainer.load names it
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg

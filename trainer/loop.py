@@ -7,6 +7,7 @@ Decisions (checkpoint now, stop now) follow from values every rank has, so no ra
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import time
@@ -22,6 +23,7 @@ from torch.utils.data import DataLoader, Subset
 from trainer import checkpoint
 from trainer.checkpoint import CheckpointStore
 from trainer.distributed import Dist, gather_to_all, main_decides, sum_across
+from trainer.load import params_sum, write_card
 from trainer.outputs import RunDir, write_json
 from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest
@@ -98,6 +100,9 @@ class Trainer:
         world_step = self.sampler.world_step
         self.progress = Progress(warmup_samples=cfg.warmup_steps * world_step, epoch_samples=steps_per_epoch * world_step)
         self.last_saved_step = -1
+        # The model was initialized from the run's seed, the same on every rank; from here on each rank
+        # draws its own dropout masks (a resume replaces this stream with the checkpoint's).
+        _seed_all(rank_seed(cfg.seed, d.rank, step=0))
 
     def _lr_factor(self) -> float:
         """Linear warmup, then cosine down to min_lr_ratio, over the samples the run has seen."""
@@ -127,14 +132,14 @@ class Trainer:
             raise ValueError(f"{chosen} has checkpoint format {state.get('format')}, this trainer reads {CHECKPOINT_FORMAT}")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scaler.load_state_dict(state["scaler"])
+        self._load_scaler_state(state["scaler"])
         self.progress = Progress(**state["progress"])
         self.last_saved_step = self.progress.global_step
         resized = state["world_size"] != self.d.world_size
         if not resized:
             _set_rng_state(state["rng"][self.d.rank])
         else:  # a resized world cannot replay the old ranks' streams; derive fresh ones
-            _seed_all(self.cfg.seed + 1000 * self.progress.global_step + self.d.rank)
+            _seed_all(rank_seed(self.cfg.seed, self.d.rank, step=self.progress.global_step))
         if self.d.is_main:
             self.run.forget_metrics_from(self.progress.epoch + 1)
         p = self.progress
@@ -143,6 +148,13 @@ class Trainer:
                       f"sample {p.samples_in_epoch}/{len(self.task.train_set)}")  # fmt: skip
         world = f", world of {self.d.world_size} (was {state['world_size']})" if resized else ""
         self.log(f"[CKPT] resumed from {Path(chosen).name}: {where}, global step {p.global_step}{world}")
+
+    def _load_scaler_state(self, state: dict[str, Any]) -> None:
+        """fp16's loss scale; a checkpoint saved in bf16 or fp32 (another GPU, the CPU) has none to give."""
+        if self.scaler.is_enabled() and not state:
+            self.log("[CKPT] the checkpoint has no loss-scaler state (saved in bf16 or fp32): fp16 starts from the initial scale")
+            return
+        self.scaler.load_state_dict(state)  # a disabled scaler (bf16, fp32) ignores an fp16 run's state
 
     def save_checkpoint(self, reason: str) -> None:
         """Called by every rank (the RNG states are gathered); rank 0 writes."""
@@ -182,7 +194,7 @@ class Trainer:
             val_loss = self.validate()
             last = {"epochs": self.progress.epoch, "train_loss": self.progress.last_train_loss, "val_loss": val_loss,
                     "val_ppl": _perplexity(val_loss), "best": f"epoch-{self.progress.best_epoch}"}  # fmt: skip
-        summary = {**last, "run": self.run_name, "steps": self.progress.global_step, "params_sum": self.params_sum(),
+        summary = {**last, "run": self.run_name, "steps": self.progress.global_step, "params_sum": params_sum(self.model),
                    "seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
         # every rank reports: equal lines across ranks show the replicas ended identical
         print(f"[DONE] rank={self.d.rank} " + " ".join(f"{k}={v}" for k, v in summary.items()), flush=True)
@@ -253,6 +265,7 @@ class Trainer:
         if self.d.is_main:
             directory = self.run.epoch_dir(epoch)
             self.task.save(self.model, directory)
+            write_card(directory, self.model, self.task.card)
             write_json(directory / "metrics.json", record)
             self.run.append_metrics(record)
             if improved:
@@ -280,10 +293,6 @@ class Trainer:
         total, count = sum_across(self.d, [loss_sum, units])
         return total / count
 
-    def params_sum(self) -> float:
-        """A fingerprint of the weights: equal runs give equal sums, to the last bit."""
-        return float(sum(p.detach().double().sum() for p in self.model.parameters()))
-
     def _autocast(self):
         if self.amp_dtype is None:
             return nullcontext()
@@ -297,7 +306,9 @@ class Trainer:
 def _amp_dtype(device: torch.device) -> torch.dtype | None:
     if device.type != "cuda":
         return None  # CPU autocast is slower than fp32 for these models
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    # Native bf16 only (compute capability 8.0 on): where torch would emulate it (T4, V100) it is slow,
+    # and fp16 with a loss scaler is what those GPUs run fast.
+    return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
 
 
 def _perplexity(loss: float) -> float:
@@ -317,6 +328,16 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     if state["cuda"] is not None:
         torch.cuda.set_rng_state(state["cuda"])
     random.setstate(state["python"])
+
+
+def rank_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of one rank's random stream (dropout) when it starts at global step `step`.
+
+    Distinct per rank, so the ranks drop different units; distinct from the run's seed, so rank 0 does not
+    replay the numbers that initialized the weights; the same for the same run, so runs repeat.
+    """
+    digest = hashlib.sha256(f"run seed {seed}, rank {rank}, step {step}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
 
 
 def _seed_all(seed: int) -> None:

@@ -45,13 +45,21 @@ class RunDir:
     def forget_metrics_from(self, epoch: int) -> None:
         """A resumed run redoes epoch `epoch` and later: drop their lines so none is written twice.
 
-        A line a crash cut short (it can only be the last: each append is fsynced) is dropped
-        too: its epoch is redone, and it must not stop the resume.
+        A last line that a crash cut short is dropped too: its epoch is redone, and it must not stop
+        the resume. A broken line before the last is an error: each append is fsynced before the
+        next, so a crash cannot leave one there, and dropping it would hide another kind of damage.
         """
         if not self.metrics.exists():
             return
         lines = self.metrics.read_text().splitlines()
-        kept = [line for line in lines if (line_epoch := _epoch_of(line)) is not None and line_epoch < epoch]
+        epochs = [_epoch_of(line) for line in lines]
+        for number, (line, line_epoch) in enumerate(zip(lines[:-1], epochs), start=1):
+            if line_epoch is None:
+                raise ValueError(
+                    f"{self.metrics} line {number}: not a whole JSON record with an epoch ({line[:80]!r}); only the "
+                    f"last line can be cut short by a crash: repair or delete that line, then start the run again"
+                )
+        kept = [line for line, line_epoch in zip(lines, epochs) if line_epoch is not None and line_epoch < epoch]
         temp = self.metrics.with_name(f".{METRICS}.tmp-{os.getpid()}")
         temp.write_text("".join(line + "\n" for line in kept))
         os.replace(temp, self.metrics)
@@ -59,9 +67,10 @@ class RunDir:
 
 def _epoch_of(line: str) -> int | None:
     try:
-        return json.loads(line)["epoch"]
+        epoch = json.loads(line)["epoch"]
     except (ValueError, KeyError, TypeError):
         return None
+    return epoch if isinstance(epoch, int) else None
 
 
 def write_json(path: Path, record: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -10,6 +11,23 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from trainer.task import Task, save_state_dict
+
+
+@dataclass(frozen=True)
+class MLPConfig:
+    features: int
+    hidden: int
+    classes: int
+
+
+class MLP(nn.Sequential):
+    """features -> hidden -> ReLU -> classes, remembering its config so a saved one can be rebuilt."""
+
+    architecture = "mlp"
+
+    def __init__(self, cfg: MLPConfig):
+        super().__init__(nn.Linear(cfg.features, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, cfg.classes))
+        self.cfg = cfg
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +45,7 @@ def make_task(args: argparse.Namespace) -> Task:
     teacher = torch.randn(args.features, args.classes, generator=generator)
     noise = 0.5 * torch.randn(n_train + n_val, args.classes, generator=generator)
     y = (x @ teacher / args.features**0.5 + noise).argmax(dim=1)
-    model = nn.Sequential(nn.Linear(args.features, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.classes))
+    model = MLP(MLPConfig(args.features, args.hidden, args.classes))
     return Task(
         model=model,
         train_set=TensorDataset(x[:n_train], y[:n_train]),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,6 +20,9 @@ class Task:
     loss: Callable[[nn.Module, Any], tuple[torch.Tensor, int]]
     unit: str  # what throughput counts: "samples" or "tokens"
     save: Callable[[nn.Module, Path], None]
+    # Written beside each saved model with its architecture (trainer.load): what else its user needs to
+    # know, such as the task that trained it and the tokenizer its token ids belong to.
+    card: dict[str, Any] = field(default_factory=dict)
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

@@ -7,6 +7,7 @@ restarts, since that is where a restarted process finds the checkpoint to resume
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import random
 import sys
@@ -73,6 +74,7 @@ def config_of(args: argparse.Namespace) -> TrainConfig:
 
 def train(args: argparse.Namespace, d: distributed.Dist, stop: StopRequest) -> None:
     task = TASKS[args.task].make_task(args)
+    task = dataclasses.replace(task, card={"task": args.task, **task.card})
     trainer = Trainer(task, d, config_of(args), RunDir(args.out_dir / args.run_name), stop, args.run_name)
     trainer.resume()
     trainer.fit()
@@ -83,7 +85,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     stop = StopRequest()  # armed by the training loop; before it, SIGTERM ends the process as usual
     random.seed(args.seed)
-    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    torch.manual_seed(args.seed)  # the same initial weights on every rank; the trainer then gives each rank its own stream
     d = distributed.init(args.device, args.pg_timeout)
     # global_rank is torch's RANK; pod_index is the pod it runs in (NODE_RANK), as the pod's first [DDP] line says
     pod_index = os.environ.get(c.NODE_RANK.name) or "?"
