@@ -35,7 +35,9 @@ def make_task(args: argparse.Namespace) -> Task:
     if model_source is not None:
         return _hugging_face_task(args, model_source, tokenizer.tokenizer, train_set, val_set)
     cfg = GPTConfig(tokenizer.vocab_size, args.seq_len, args.n_layer, args.n_head, args.d_model, args.dropout)
-    return Task(GPT(cfg), train_set, val_set, _next_token_loss, "tokens", save_state_dict)
+    # the card names the tokenizer: a model's token ids mean nothing without it
+    card = {"tokenizer": tokenizer.identity}
+    return Task(GPT(cfg), train_set, val_set, _next_token_loss, "tokens", save_state_dict, card)
 
 
 def _next_token_loss(model, blocks):

@@ -40,7 +40,7 @@ def test_a_language_model_loads_with_its_config_and_gives_the_trained_outputs(tm
                                   "--data-dir", str(tmp_path / "data"), *LM_SHAPE])  # fmt: skip
     run = tmp_path / "lm"
     card = json.loads((run / "epoch-2" / "model.json").read_text())
-    assert (card["architecture"], card["task"]) == ("gpt", "lm")
+    assert (card["architecture"], card["task"], card["tokenizer"]) == ("gpt", "lm", "bytes+eos-256")
     assert card["config"] == {"vocab_size": 257, "seq_len": 16, "n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.1}
 
     # The command, no flags: what it loaded is the model the run ended with.
