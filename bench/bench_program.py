@@ -34,7 +34,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "infra"), str(REPO / "tests" / "
 
 from ddp_infra import config as stack_config  # noqa: E402
 from ddp_infra import program  # noqa: E402
-from infra_harness import engine_config, stack_file_config, with_path  # noqa: E402
+from infra_harness import EchoMocks, engine_config, stack_file_config, with_path  # noqa: E402
 
 SIZES = (1, 512)
 # The program's warnings (e.g. ReadWriteOnce claims on a multi-node dev world) are part of its
@@ -44,16 +44,16 @@ QUIET.addHandler(logging.NullHandler())
 QUIET.propagate = False
 
 
-class RecordingMocks(pulumi.runtime.Mocks):
+class RecordingMocks(EchoMocks):
+    """The mock harness's mocks (a stack never deployed), recording each resource."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.registered: list[tuple[str, str, dict]] = []
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         self.registered.append((args.typ, args.name, args.inputs))
-        return f"{args.name}-id", args.inputs
-
-    def call(self, args: pulumi.runtime.MockCallArgs):
-        return {}
+        return super().new_resource(args)
 
 
 def evaluate(stack: str, nodes: int) -> tuple[float, list[tuple[str, str, dict]]]:
