@@ -239,6 +239,21 @@ def world_running(cluster: LocalCluster, nodes: int = NODES) -> bool:
     return sorted(found) == list(range(nodes)) and all(running(pod) for pod in found.values())
 
 
+def wait_for_world(cluster: LocalCluster, nodes: int = NODES, timeout: float = 300) -> None:
+    """Waits until a world of `nodes` runs; if it never does, the error shows what the cluster shows."""
+    try:
+        wait_for(lambda: world_running(cluster, nodes), timeout, f"the world of {nodes} Running", interval=2)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{cluster_state(cluster)}") from None
+
+
+def cluster_state(cluster: LocalCluster, namespace: str = NAMESPACE) -> str:
+    """The namespace's pods, claims and latest events, and the node's conditions, as kubectl prints them."""
+    views = [("get", "pods,pvc,jobs,statefulsets", "-n", namespace, "-o", "wide"),
+             ("get", "events", "-n", namespace, "--sort-by=.lastTimestamp"), ("describe", "nodes")]  # fmt: skip
+    return "\n".join(cluster.kubectl(*view, check=False).stdout[-4000:] for view in views)
+
+
 def logs(cluster: LocalCluster, namespace: str, pod: str, previous: bool = False) -> str:
     args = ["logs", pod, "-n", namespace, "-c", "trainer"] + (["--previous"] if previous else [])
     result = cluster.kubectl(*args, check=False)

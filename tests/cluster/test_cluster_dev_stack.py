@@ -12,7 +12,7 @@ import pytest
 
 from cluster_testing import (
     LONG_RUN, MASTER, NAMESPACE, NODES, SERVICE, WORKLOAD, LogStream, all_logs, exec_python, get, job_condition,
-    pod_name, pods, run_dir, running, wait_for, world_pods, world_running,
+    pod_name, pods, run_dir, running, wait_for, wait_for_world, world_pods,
 )  # fmt: skip
 from trainer import contract
 
@@ -121,7 +121,7 @@ def _not_ready_pod(image: str, labels: dict[str, str]) -> dict:
 def test_the_pods_on_a_real_node(cluster, dev_stack, tmp_path):
     """A world that keeps training while the test looks inside its pods, then loses a pod."""
     documents = dev_stack.up(run__args=LONG_RUN)
-    wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
+    wait_for_world(cluster)
     names = {index: pod["metadata"]["name"] for index, pod in world_pods(cluster).items()}
     hostnames = [f"{WORKLOAD}-{index}" for index in range(NODES)]  # a Job's pod: <job>-<index>
 

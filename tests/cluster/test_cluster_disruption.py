@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_testing import LONG_RUN, NAMESPACE, evict, get, pod_name, pods, wait_for, world_running
+from cluster_testing import LONG_RUN, NAMESPACE, evict, get, pod_name, pods, wait_for, wait_for_world
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -18,7 +18,7 @@ def _crash_looping(pod: dict) -> bool:
 
 def test_a_stack_that_refuses_evictions_keeps_its_training_pods(cluster, dev_stack):
     dev_stack.up(run__args=LONG_RUN, workload__maxUnavailable="0")
-    wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
+    wait_for_world(cluster)
     pod = pod_name(cluster, 1)
     uid = get(cluster, "pod", pod, NAMESPACE)["metadata"]["uid"]
     refused = evict(cluster, pod)

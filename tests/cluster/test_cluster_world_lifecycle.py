@@ -19,8 +19,8 @@ import pytest
 from trainer_testing import done_lines, same_result, uninterrupted_result
 
 from cluster_testing import (
-    NAMESPACE, WORKLOAD, all_logs, evict, get, job_condition, pod_name, pods, run_dir, wait_for, world_pods,
-    world_running,
+    NAMESPACE, WORKLOAD, all_logs, evict, get, job_condition, pod_name, pods, run_dir, wait_for, wait_for_world,
+    world_pods,
 )  # fmt: skip
 from ddp_infra.claim_changes import ClaimChangeRefused
 from trainer import contract
@@ -89,7 +89,7 @@ def kill_container(cluster, pod: str) -> None:
 def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(cluster, dev_stack, tmp_path):
     expected = uninterrupted_result(RUN_ARGS, tmp_path)
     dev_stack.up(run__args=RUN_ARGS)
-    wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
+    wait_for_world(cluster)
     figures = {}
 
     def lose(what: str, how) -> None:
@@ -132,7 +132,7 @@ def world_env(cluster) -> set[tuple[str, str]]:
 
 def test_a_resize_while_training_stops_the_world_and_resumes_it_whole_at_the_new_size(cluster, dev_stack):
     dev_stack.up(run__args=RUN_ARGS, **SMALL_PODS)
-    wait_for(lambda: world_running(cluster, 2), 300, "the world of 2 Running", interval=2)
+    wait_for_world(cluster, 2)
     claims = {name: pod["metadata"]["uid"] for name, pod in _claims(cluster).items()}
     figures = {}
     for before, after in ((2, 3), (3, 2)):
@@ -151,7 +151,7 @@ def test_a_resize_while_training_stops_the_world_and_resumes_it_whole_at_the_new
         assert sorted(world_pods(cluster)) == list(range(after))
         assert f"ckpt-{stopped['step']:08d}.pt" in line and f"sample {stopped['samples_in_epoch']}/" in line, line
         assert f"world of {after} (was {before})" in line, line
-        wait_for(lambda: world_running(cluster, after), 300, f"the world of {after} Running", interval=2)
+        wait_for_world(cluster, after)
     print(f"\n[figures] seconds from `up` with a new size to the resized world resumed: {figures}")
     # No claim was touched.
     assert {name: pod["metadata"]["uid"] for name, pod in _claims(cluster).items()} == claims
@@ -161,7 +161,7 @@ def test_switching_the_workload_kind_replaces_the_world_after_it_stopped(cluster
     """Job -> StatefulSet: one resource of another kind (an alias), so the Job's world is stopped
     and gone before the StatefulSet's starts; never two worlds on one /out/<run>."""
     dev_stack.up(run__args=RUN_ARGS)
-    wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
+    wait_for_world(cluster)
     wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
     dev_stack.up(run__args=RUN_ARGS, workload__kind="statefulset")
     stopped = newest_checkpoint(cluster)
@@ -183,7 +183,7 @@ def _claims(cluster) -> dict[str, dict]:
 
 def test_destroy_then_up_adopts_the_retained_claims_and_resumes(cluster, dev_stack):
     dev_stack.up(run__args=RUN_ARGS)
-    wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
+    wait_for_world(cluster)
     wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
     claims = {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()}
 
