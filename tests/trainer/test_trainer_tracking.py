@@ -86,6 +86,12 @@ def steps_of(points: list[tuple[int, float]]) -> list[int]:
     return [step for step, _ in points]
 
 
+def assert_points(points: list[tuple[int, float]], expected: list[tuple[int, float]], what: str) -> None:
+    """The same steps and, to float32's precision (TensorBoard's), the same values."""
+    assert steps_of(points) == steps_of(expected), what
+    assert [value for _, value in points] == pytest.approx([value for _, value in expected], rel=1e-6), what
+
+
 # --- a local MLflow server ------------------------------------------------------------------------
 class Mlflow:
     def __init__(self, uri: str):
@@ -170,10 +176,9 @@ def test_a_run_writes_tensorboard_events_and_its_mlflow_run_from_rank_0(spawn, t
     shown = scalars(run)
     assert TRAIN_TAGS | EPOCH_TAGS <= set(shown)
     for tag, field in (("train/loss", "loss"), ("train/lr", "lr"), ("train/samples_per_s", "samples/s")):
-        assert steps_of(shown[tag]) == list(lines), tag
-        assert [value for _, value in shown[tag]] == pytest.approx([float(line[field]) for line in lines.values()], rel=1e-6)
+        assert_points(shown[tag], [(step, float(line[field])) for step, line in lines.items()], tag)
     for tag, key in (("epoch/val_loss", "val_loss"), ("epoch/val_ppl", "val_ppl"), ("epoch/train_loss", "train_loss")):
-        assert shown[tag] == pytest.approx([(r["global_step"], r[key]) for r in records], rel=1e-6), tag
+        assert_points(shown[tag], [(r["global_step"], r[key]) for r in records], tag)
     assert [r["global_step"] for r in records] == [8, 16]
 
     (found,) = mlflow.runs_of("whole-runs")
@@ -183,7 +188,7 @@ def test_a_run_writes_tensorboard_events_and_its_mlflow_run_from_rank_0(spawn, t
     assert info["status"] == "FINISHED"
     params = {p["key"]: p["value"] for p in data["params"]}
     assert (params["epochs"], params["batch"], params["lr"], params["samples"]) == ("2", "32", "0.003", "512")
-    assert mlflow.history(run_id, "train/loss") == pytest.approx([(s, float(line["loss"])) for s, line in lines.items()])
+    assert mlflow.history(run_id, "train/loss") == [(step, float(line["loss"])) for step, line in lines.items()]
     assert mlflow.history(run_id, "epoch/val_loss") == [(r["global_step"], r["val_loss"]) for r in records]
     done = next(line for line in text.splitlines() if line.startswith("[DONE]"))
     assert mlflow.history(run_id, "result/val_loss") == [(STEPS[2], records[-1]["val_loss"])], done
@@ -216,7 +221,8 @@ def test_steps_redone_after_a_crash_are_shown_once_with_the_resumed_figures(spaw
     """SIGKILL in step 8 with a checkpoint at step 4: steps 5-7 were logged, and are trained again."""
     args = [*ARGS, "--log-every", "1"]  # the later flag wins
     extra = dict(MLFLOW_TRACKING_URI=mlflow.uri, MLFLOW_EXPERIMENT_NAME="crashed-runs")
-    procs = start_world(spawn, tmp_path, "crashed", 1, args, PROBE_SIGNAL_AT="8", PROBE_SIGNAL="SIGKILL", **extra)
+    crash = dict(PROBE_SIGNAL_AT="8", PROBE_SIGNAL="SIGKILL", PROBE_AWAIT_MLFLOW="1")
+    procs = start_world(spawn, tmp_path, "crashed", 1, args, **crash, **extra)
     assert procs[0].wait(120) == -signal.SIGKILL, procs[0].text()[-3000:]
     crashed = train_lines(procs[0].text())
     assert sorted(crashed) == list(range(1, 8))
@@ -235,7 +241,7 @@ def test_steps_redone_after_a_crash_are_shown_once_with_the_resumed_figures(spaw
     for tag in TRAIN_TAGS:
         assert steps_of(shown[tag]) == list(range(1, STEPS[1] + 1)), tag
     rates = dict(shown["train/samples_per_s"])
-    assert [rates[step] for step in (5, 6, 7)] == pytest.approx([float(resumed[step]["samples/s"]) for step in (5, 6, 7)])
+    assert [rates[step] for step in (5, 6, 7)] == pytest.approx([float(resumed[step]["samples/s"]) for step in (5, 6, 7)], rel=1e-6)
 
     assert stored_run_id(run) == run_id and len(mlflow.runs_of("crashed-runs")) == 1
     for tag in TRAIN_TAGS:
