@@ -100,9 +100,9 @@ class Trackers:
 NO_TRACKERS = Trackers([])
 
 
-def open_trackers(run_dir: Path, run_name: str, flags: Mapping[str, Any], resumed_step: int, stop: StopRequest,
-                  env: Mapping[str, str] = os.environ) -> Trackers:  # fmt: skip
+def open_trackers(run_dir: Path, run_name: str, flags: Mapping[str, Any], resumed_step: int, stop: StopRequest) -> Trackers:
     """Rank 0's trackers for a run that resumes after `resumed_step` optimizer steps (0: a new run)."""
+    env = os.environ
     sinks: list = []
     tensorboard = TensorBoard.open(run_dir / TENSORBOARD_DIR, first_step=resumed_step + 1)
     if tensorboard:

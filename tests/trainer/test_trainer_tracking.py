@@ -147,7 +147,8 @@ def wait_until_healthy(uri: str, server: subprocess.Popen, log: Path, timeout: f
         except (urllib.error.URLError, OSError):
             pass
         if server.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"mlflow server not healthy (exit {server.poll()}) within {timeout} s:\n{log.read_text()[-4000:]}")
+            tail = log.read_text()[-4000:]
+            raise AssertionError(f"mlflow server not healthy (exit {server.poll()}) within {timeout} s:\n{tail}")
         time.sleep(0.5)
 
 
@@ -241,7 +242,8 @@ def test_steps_redone_after_a_crash_are_shown_once_with_the_resumed_figures(spaw
     for tag in TRAIN_TAGS:
         assert steps_of(shown[tag]) == list(range(1, STEPS[1] + 1)), tag
     rates = dict(shown["train/samples_per_s"])
-    assert [rates[step] for step in (5, 6, 7)] == pytest.approx([float(resumed[step]["samples/s"]) for step in (5, 6, 7)], rel=1e-6)
+    redone = (5, 6, 7)
+    assert [rates[step] for step in redone] == pytest.approx([float(resumed[step]["samples/s"]) for step in redone], rel=1e-6)
 
     assert stored_run_id(run) == run_id and len(mlflow.runs_of("crashed-runs")) == 1
     for tag in TRAIN_TAGS:
