@@ -28,6 +28,7 @@ from trainer.outputs import RunDir, write_json
 from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest
 from trainer.task import Task, to_device
+from trainer.tracking import NO_TRACKERS, Trackers
 
 CHECKPOINT_FORMAT = 2  # 2: progress in samples, so a world of another size resumes exactly
 
@@ -75,6 +76,7 @@ class Stopped(Exception):
 class Trainer:
     def __init__(self, task: Task, d: Dist, cfg: TrainConfig, run: RunDir, stop: StopRequest, run_name: str):
         self.task, self.d, self.cfg, self.run, self.stop, self.run_name = task, d, cfg, run, stop, run_name
+        self.trackers: Trackers = NO_TRACKERS  # rank 0's own, set once resume() has found the step the run goes on from
         self.model = task.model.to(d.device)
         self.ddp = DistributedDataParallel(self.model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -268,6 +270,7 @@ class Trainer:
             write_card(directory, self.model, self.task.card)
             write_json(directory / "metrics.json", record)
             self.run.append_metrics(record)
+            self.trackers.log_epoch(record)
             if improved:
                 self.run.mark_best(epoch)
         self.log(f"[EPOCH] {epoch}/{self.cfg.epochs} train_loss={train_loss:.4f} val_loss={val_loss!r} "
@@ -301,6 +304,7 @@ class Trainer:
     def log(self, line: str) -> None:
         if self.d.is_main:
             print(line, flush=True)
+            self.trackers.log_line(line)  # the figures of [TRAIN] lines
 
 
 def _amp_dtype(device: torch.device) -> torch.dtype | None:

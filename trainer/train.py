@@ -17,7 +17,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from trainer import contract as c
-from trainer import distributed, lm, smoke
+from trainer import distributed, lm, smoke, tracking
 from trainer.loop import Stopped, TrainConfig, Trainer
 from trainer.outputs import RunDir
 from trainer.stop import EXIT_STOPPED, StopRequest
@@ -75,9 +75,14 @@ def config_of(args: argparse.Namespace) -> TrainConfig:
 def train(args: argparse.Namespace, d: distributed.Dist, stop: StopRequest) -> None:
     task = TASKS[args.task].make_task(args)
     task = dataclasses.replace(task, card={"task": args.task, **task.card})
-    trainer = Trainer(task, d, config_of(args), RunDir(args.out_dir / args.run_name), stop, args.run_name)
+    run = RunDir(args.out_dir / args.run_name)
+    trainer = Trainer(task, d, config_of(args), run, stop, args.run_name)
     trainer.resume()
-    trainer.fit()
+    trackers = (tracking.open_trackers(run.root, args.run_name, vars(args), trainer.progress.global_step, stop)
+                if d.is_main else tracking.NO_TRACKERS)  # fmt: skip
+    with trackers:
+        trainer.trackers = trackers
+        trackers.log_result(trainer.fit())
 
 
 @record  # torchrun then reports a worker's traceback instead of only its exit code
