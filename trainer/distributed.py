@@ -19,6 +19,7 @@ class Dist:
     world_size: int
     local_rank: int
     device: torch.device
+    timeout: timedelta  # how long a collective waits for a peer (--pg-timeout)
 
     @property
     def is_main(self) -> bool:
@@ -38,7 +39,16 @@ def init(device_choice: str, timeout_s: float) -> Dist:
         dist.init_process_group(backend, timeout=timeout, device_id=device if use_cuda else None)
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
-    return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device)
+    return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device, timeout)
+
+
+def background_group(d: Dist) -> dist.ProcessGroup:
+    """A gloo group of every rank for a background thread's collectives (checkpoint writes).
+
+    Its own group, so they never interleave with the training loop's; gloo, since they carry
+    CPU objects even when training runs on NCCL. Every rank must create it, in the same order.
+    """
+    return dist.new_group(backend="gloo", timeout=d.timeout)
 
 
 def sum_across(d: Dist, values: list[float]) -> list[float]:
