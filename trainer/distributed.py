@@ -68,18 +68,6 @@ def main_decides(d: Dist, value: Any) -> Any:
     return pickle.loads(_to_bytes(buffer))
 
 
-def gather_to_all(d: Dist, value: Any) -> list[Any]:
-    """Every rank's `value`, in rank order, on every rank."""
-    # torch's *_object collectives need numpy, which the image does not carry: pickle into bytes here
-    data = pickle.dumps(value)
-    sizes = [torch.zeros(1, dtype=torch.int64, device=d.device) for _ in range(d.world_size)]
-    dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64, device=d.device))
-    longest = max(int(s.item()) for s in sizes)
-    buffers = [torch.zeros(longest, dtype=torch.uint8, device=d.device) for _ in range(d.world_size)]
-    dist.all_gather(buffers, _to_tensor(data, longest, d.device))
-    return [pickle.loads(_to_bytes(b[: int(s.item())])) for b, s in zip(buffers, sizes)]
-
-
 def _to_tensor(data: bytes, length: int, device: torch.device) -> torch.Tensor:
     padded = bytearray(data.ljust(length, b"\0"))
     return torch.frombuffer(padded, dtype=torch.uint8).to(device) if length else torch.zeros(0, dtype=torch.uint8, device=device)

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Subset
-
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Subset
 
 from trainer import sharded_checkpoint
 from trainer.checkpoint import CheckpointStore, UnreadableFormat
