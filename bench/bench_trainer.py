@@ -2,9 +2,8 @@
 
 Side by side in one run, with the smoke test's model (seed 001's flags, more samples so an epoch
 lasts long enough to time):
-  - smoke-test throughput per process at world size 1 and 2 (torchrun on this host, gloo, CPU);
-  - the cost of one checkpoint (gather RNG states, torch.save, fsync, rename) relative to one
-    training step at world size 1.
+  - smoke-test throughput per process at world size 1 and 2 (torchrun on this host, gloo, CPU).
+What a checkpoint costs the loop is bench_checkpoint.py's measurement.
 Each process runs single-threaded (OMP_NUM_THREADS=1), so per-process figures compare like for like.
 Usage: .venv/bin/python bench/bench_trainer.py [--samples N] [--epochs N]
 """
@@ -14,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -51,13 +49,6 @@ def throughput_per_process(world_size: int, samples: int, epochs: int, work: Pat
     return rate, step_s
 
 
-def checkpoint_seconds(samples: int, work: Path) -> list[float]:
-    out = work / "ckpt"
-    log = run_training(1, out, ["--samples", str(samples), "--epochs", "1", "--checkpoint-every", "2",
-                                "--keep-checkpoints", "3", "--log-every", "1000000"])  # fmt: skip
-    return [float(s) for s in re.findall(r"^\[CKPT\] saved \S+ \(periodic\) in ([0-9.]+)s$", log, re.MULTILINE)]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=65536)
@@ -67,16 +58,12 @@ def main() -> None:
         work = Path(tmp)
         rate1, step1 = throughput_per_process(1, args.samples, args.epochs, work)
         rate2, step2 = throughput_per_process(2, args.samples, args.epochs, work)
-        saves = checkpoint_seconds(args.samples // 4, work)
-    checkpoint = statistics.median(saves)
     rows = [
         ("smoke samples/s per process, world size 1", f"{rate1:,.0f}"),
         ("smoke samples/s per process, world size 2", f"{rate2:,.0f}"),
         ("per-process throughput, world 2 / world 1", f"{rate2 / rate1:.2f}"),
         ("training step (batch 256), world size 1", f"{step1 * 1e3:.2f} ms"),
         ("training step (batch 256), world size 2", f"{step2 * 1e3:.2f} ms"),
-        (f"checkpoint write, median of {len(saves)}", f"{checkpoint * 1e3:.2f} ms"),
-        ("checkpoint / training step (world size 1)", f"{checkpoint / step1:.1f}"),
     ]
     width = max(len(name) for name, _ in rows)
     print(f"bench_trainer: {args.samples} samples, {args.epochs} epochs (first one excluded), {os.cpu_count()} CPUs, CPU/gloo")

@@ -19,6 +19,7 @@ class Dist:
     world_size: int
     local_rank: int
     device: torch.device
+    timeout: timedelta  # how long a collective waits for a peer (--pg-timeout)
 
     @property
     def is_main(self) -> bool:
@@ -38,7 +39,16 @@ def init(device_choice: str, timeout_s: float) -> Dist:
         dist.init_process_group(backend, timeout=timeout, device_id=device if use_cuda else None)
     else:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
-    return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device)
+    return Dist(dist.get_rank(), dist.get_world_size(), local_rank, device, timeout)
+
+
+def background_group(d: Dist) -> dist.ProcessGroup:
+    """A gloo group of every rank for a background thread's collectives (checkpoint writes).
+
+    Its own group, so they never interleave with the training loop's; gloo, since they carry
+    CPU objects even when training runs on NCCL. Every rank must create it, in the same order.
+    """
+    return dist.new_group(backend="gloo", timeout=d.timeout)
 
 
 def sum_across(d: Dist, values: list[float]) -> list[float]:
@@ -56,18 +66,6 @@ def main_decides(d: Dist, value: Any) -> Any:
     buffer = _to_tensor(data, int(size.item()), d.device)
     dist.broadcast(buffer, src=0)
     return pickle.loads(_to_bytes(buffer))
-
-
-def gather_to_all(d: Dist, value: Any) -> list[Any]:
-    """Every rank's `value`, in rank order, on every rank."""
-    # torch's *_object collectives need numpy, which the image does not carry: pickle into bytes here
-    data = pickle.dumps(value)
-    sizes = [torch.zeros(1, dtype=torch.int64, device=d.device) for _ in range(d.world_size)]
-    dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64, device=d.device))
-    longest = max(int(s.item()) for s in sizes)
-    buffers = [torch.zeros(longest, dtype=torch.uint8, device=d.device) for _ in range(d.world_size)]
-    dist.all_gather(buffers, _to_tensor(data, longest, d.device))
-    return [pickle.loads(_to_bytes(b[: int(s.item())])) for b, s in zip(buffers, sizes)]
 
 
 def _to_tensor(data: bytes, length: int, device: torch.device) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """The training loop: DDP over a Task, with validation, outputs, checkpoints, resume and stop.
 
 Every rank runs the same sequence of collectives: per optimizer step one small all-reduce
-(loss, units, stop flag); checkpoints gather the ranks' RNG states; validation sums losses.
+(loss, units, stop flag, checkpoint-time flag); validation sums losses. Checkpoints are written
+by every rank in the background, with collectives on a group of their own (sharded_checkpoint).
 Decisions (checkpoint now, stop now) follow from values every rank has, so no rank waits alone.
 """
 
@@ -17,20 +18,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Subset
 
-from trainer import checkpoint
-from trainer.checkpoint import CheckpointStore
-from trainer.distributed import Dist, gather_to_all, main_decides, sum_across
+from trainer import sharded_checkpoint
+from trainer.checkpoint import CheckpointStore, UnreadableFormat
+from trainer.distributed import Dist, background_group, main_decides, sum_across
 from trainer.load import params_sum, write_card
 from trainer.outputs import RunDir, write_json
 from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest
 from trainer.task import Task, to_device
 from trainer.tracking import NO_TRACKERS, Trackers
-
-CHECKPOINT_FORMAT = 2  # 2: progress in samples, so a world of another size resumes exactly
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class TrainConfig:
     min_lr_ratio: float = 0.1
     grad_clip: float = 0.0
     checkpoint_every: int = 0  # optimizer steps; 0: at epoch ends (and on SIGTERM) only
+    checkpoint_every_seconds: float = 0.0  # since the last checkpoint, by rank 0's clock; 0: not by time
     keep_checkpoints: int = 3
     log_every: int = 10
     workers: int = 0
@@ -99,6 +101,11 @@ class Trainer:
         self.amp_dtype = _amp_dtype(d.device) if cfg.amp else None
         self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
         self.store = CheckpointStore(run.checkpoints, cfg.keep_checkpoints)
+        self.checkpoint_group = background_group(d)
+        self.checkpointer = sharded_checkpoint.AsyncCheckpointer(
+            self.store, self.checkpoint_group, d.is_main, pinned=d.device.type == "cuda", timeout_s=d.timeout.total_seconds()
+        )
+        self.last_checkpoint_at = time.monotonic()
         world_step = self.sampler.world_step
         self.progress = Progress(warmup_samples=cfg.warmup_steps * world_step, epoch_samples=steps_per_epoch * world_step)
         self.last_saved_step = -1
@@ -122,34 +129,58 @@ class Trainer:
     # --- resume and checkpoints ------------------------------------------------------------
     def resume(self) -> None:
         """Load the newest complete checkpoint, the same one on every rank (rank 0 chooses)."""
-        found = self.store.load_newest() if self.d.is_main else None
-        chosen = main_decides(self.d, str(found[0]) if found else None)
-        if chosen is None:
-            self.log(f"[CKPT] no checkpoint in {self.store.directory}: starting from scratch")
-            if self.d.is_main:
-                self.run.forget_metrics_from(1)
-            return
-        state = found[1] if self.d.is_main else checkpoint.load(Path(chosen))
-        if state.get("format") != CHECKPOINT_FORMAT:
-            raise ValueError(f"{chosen} has checkpoint format {state.get('format')}, this trainer reads {CHECKPOINT_FORMAT}")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self._load_scaler_state(state["scaler"])
-        self.progress = Progress(**state["progress"])
+        if self.d.is_main:
+            self.store.remove_incomplete()  # no save runs yet: a directory without its record is a dead writer's
+        failed_step = None
+        while True:
+            chosen = main_decides(self.d, self._choose_checkpoint(failed_step) if self.d.is_main else None)
+            if chosen is None:
+                self.log(f"[CKPT] no checkpoint in {self.store.directory}: starting from scratch")
+                if self.d.is_main:
+                    self.run.forget_metrics_from(1)
+                return
+            if "error" in chosen:
+                raise UnreadableFormat(chosen["error"])
+            try:
+                self._load_checkpoint(Path(chosen["directory"]), chosen["record"])
+                break
+            except CheckpointException as exc:  # raised on every rank alike: all go on to the one before
+                self.log(f"[CKPT] skipping {Path(chosen['directory']).name}: unloadable ({str(exc)[:300]})")
+                failed_step = chosen["step"]
+        record = chosen["record"]
         self.last_saved_step = self.progress.global_step
-        resized = state["world_size"] != self.d.world_size
-        if not resized:
-            _set_rng_state(state["rng"][self.d.rank])
-        else:  # a resized world cannot replay the old ranks' streams; derive fresh ones
-            _seed_all(rank_seed(self.cfg.seed, self.d.rank, step=self.progress.global_step))
         if self.d.is_main:
             self.run.forget_metrics_from(self.progress.epoch + 1)
         p = self.progress
         where = (f"all {p.epoch} epochs done" if p.epoch >= self.cfg.epochs
                  else f"epoch {p.epoch + 1} step {p.step_in_epoch}/{self._steps_in_epoch()} "
                       f"sample {p.samples_in_epoch}/{len(self.task.train_set)}")  # fmt: skip
-        world = f", world of {self.d.world_size} (was {state['world_size']})" if resized else ""
-        self.log(f"[CKPT] resumed from {Path(chosen).name}: {where}, global step {p.global_step}{world}")
+        resized = record["world_size"] != self.d.world_size
+        world = f", world of {self.d.world_size} (was {record['world_size']})" if resized else ""
+        self.log(f"[CKPT] resumed from {Path(chosen['directory']).name}: {where}, global step {p.global_step}{world}")
+
+    def _choose_checkpoint(self, older_than: int | None) -> dict[str, Any] | None:
+        """Rank 0's choice, or the reason there is none to choose, as every rank will act on it."""
+        try:
+            found = self.store.newest_complete(older_than)
+        except UnreadableFormat as exc:
+            return {"error": str(exc)}
+        return found and {"step": found.step, "directory": str(found.directory), "record": found.record}
+
+    def _load_checkpoint(self, shards: Path, record: dict[str, Any]) -> None:
+        model, optimizer = get_state_dict(self.model, self.optimizer)
+        state = {"model": model, "optimizer": optimizer}
+        same_world = record["world_size"] == self.d.world_size
+        if same_world:  # this rank's own streams; a resized world cannot replay the old ranks' streams
+            state["rng"] = {f"rank-{self.d.rank}": _rng_state(self.d.device)}
+        sharded_checkpoint.load(state, shards, self.checkpoint_group)
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        self._load_scaler_state(record["scaler"])
+        self.progress = Progress(**record["progress"])
+        if same_world:
+            _set_rng_state(state["rng"][f"rank-{self.d.rank}"])
+        else:
+            _seed_all(rank_seed(self.cfg.seed, self.d.rank, step=self.progress.global_step))
 
     def _load_scaler_state(self, state: dict[str, Any]) -> None:
         """fp16's loss scale; a checkpoint saved in bf16 or fp32 (another GPU, the CPU) has none to give."""
@@ -159,27 +190,25 @@ class Trainer:
         self.scaler.load_state_dict(state)  # a disabled scaler (bf16, fp32) ignores an fp16 run's state
 
     def save_checkpoint(self, reason: str) -> None:
-        """Called by every rank (the RNG states are gathered); rank 0 writes."""
+        """Called by every rank at the same step: each stages its state and writes its share in the background."""
         if self.progress.global_step == self.last_saved_step:
             return
-        rng_states = gather_to_all(self.d, _rng_state(self.d.device))
-        if self.d.is_main:
-            started = time.perf_counter()
-            payload = {
-                "format": CHECKPOINT_FORMAT,
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scaler": self.scaler.state_dict(),
-                "progress": asdict(self.progress),
-                "rng": rng_states,
-                "world_size": self.d.world_size,
-            }
-            p = self.progress
-            record = {"epoch": p.epoch, "step_in_epoch": p.step_in_epoch, "samples_in_epoch": p.samples_in_epoch,
-                      "world_size": self.d.world_size, "reason": reason}  # fmt: skip
-            path = self.store.save(p.global_step, payload, record)
-            self.log(f"[CKPT] saved {path.name} ({reason}) in {time.perf_counter() - started:.4f}s")
-        self.last_saved_step = self.progress.global_step
+        model, optimizer = get_state_dict(self.model, self.optimizer)
+        state = {"model": model, "optimizer": optimizer, "rng": {f"rank-{self.d.rank}": _rng_state(self.d.device)}}
+        p, cfg = self.progress, self.cfg
+        # what an exact resume needs, in any world size; read by rank 0 alone, so no shard holds it
+        record = {"reason": reason, "epoch": p.epoch, "step_in_epoch": p.step_in_epoch, "samples_in_epoch": p.samples_in_epoch,
+                  "samples_seen": p.samples_seen, "world_size": self.d.world_size, "batch": cfg.batch, "grad_accum": cfg.grad_accum,
+                  "schedule_samples": cfg.epochs * p.epoch_samples, "precision": _precision_name(self.amp_dtype),
+                  "progress": asdict(p), "scaler": self.scaler.state_dict()}  # fmt: skip
+        self.checkpointer.save(p.global_step, state, record)
+        self.last_saved_step = p.global_step
+        self.last_checkpoint_at = time.monotonic()
+
+    def _checkpoint_time_is_up(self) -> bool:
+        """Rank 0's clock alone decides, so the ranks' clocks need not agree."""
+        every = self.cfg.checkpoint_every_seconds
+        return self.d.is_main and every > 0 and time.monotonic() - self.last_checkpoint_at >= every
 
     # --- training ---------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -196,6 +225,7 @@ class Trainer:
             val_loss = self.validate()
             last = {"epochs": self.progress.epoch, "train_loss": self.progress.last_train_loss, "val_loss": val_loss,
                     "val_ppl": _perplexity(val_loss), "best": f"epoch-{self.progress.best_epoch}"}  # fmt: skip
+        self.checkpointer.close()  # the last checkpoint is written and committed before the run reports done
         summary = {**last, "run": self.run_name, "steps": self.progress.global_step, "params_sum": params_sum(self.model),
                    "seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
         # every rank reports: equal lines across ranks show the replicas ended identical
@@ -213,7 +243,9 @@ class Trainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             loss_sum, units = self._step(batches)
-            loss_sum, units, stop = sum_across(self.d, [loss_sum, units, float(self.stop.requested)])
+            loss_sum, units, stop, time_is_up = sum_across(
+                self.d, [loss_sum, units, float(self.stop.requested), float(self._checkpoint_time_is_up())]
+            )
             p.step_in_epoch += 1
             p.global_step += 1
             p.samples_in_epoch += self.sampler.world_step
@@ -228,9 +260,13 @@ class Trainer:
                          f"{self.task.unit}/s={rate:.0f} per_process={rate / self.d.world_size:.0f}")  # fmt: skip
             if stop:
                 self.save_checkpoint("sigterm")
+                self.checkpointer.close()  # exit only with the checkpoint on disk
                 raise Stopped(f"stopped by SIGTERM at epoch {p.epoch + 1} step {p.step_in_epoch}, global step {p.global_step}")
-            if cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0 and p.step_in_epoch < steps_in_epoch:
-                self.save_checkpoint("periodic")  # the epoch's last step is saved by the epoch end
+            if p.step_in_epoch < steps_in_epoch:  # the epoch's last step is saved by the epoch end
+                if cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0:
+                    self.save_checkpoint("periodic")
+                elif time_is_up:
+                    self.save_checkpoint("time")
             tick = time.perf_counter()
 
     def _step(self, batches) -> tuple[torch.Tensor, int]:
@@ -313,6 +349,10 @@ def _amp_dtype(device: torch.device) -> torch.dtype | None:
     # Native bf16 only (compute capability 8.0 on): where torch would emulate it (T4, V100) it is slow,
     # and fp16 with a loss scaler is what those GPUs run fast.
     return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
+
+
+def _precision_name(amp_dtype: torch.dtype | None) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}[amp_dtype]
 
 
 def _perplexity(loss: float) -> float:

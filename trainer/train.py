@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import random
 import sys
@@ -32,6 +33,13 @@ TASK_DEFAULTS = {
 }
 
 
+def seconds(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds, 0 or more (0: off)")
+    return value
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch", type=int, help="per process, per micro-batch")
@@ -44,6 +52,8 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out-dir", type=Path, default=Path(os.environ.get(c.OUT_DIR.name) or c.OUT_MOUNT))
     parser.add_argument("--run-name", default=os.environ.get(c.RUN_NAME.name) or "local")
     parser.add_argument("--checkpoint-every", type=int, default=100, help="optimizer steps; 0: at epoch ends only")
+    parser.add_argument("--checkpoint-every-seconds", type=seconds, default=0.0,
+                        help="also checkpoint when this long has passed since the last one; 0: not by time")  # fmt: skip
     parser.add_argument("--keep-checkpoints", type=int, default=3)
     parser.add_argument("--log-every", type=int, default=10, help="optimizer steps between [TRAIN] lines")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (they use /dev/shm)")
@@ -67,7 +77,8 @@ def config_of(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(
         epochs=args.epochs, batch=args.batch, lr=args.lr, seed=args.seed, grad_accum=args.grad_accum,
         weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, grad_clip=args.grad_clip,
-        checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
+        checkpoint_every=args.checkpoint_every, checkpoint_every_seconds=args.checkpoint_every_seconds,
+        keep_checkpoints=args.keep_checkpoints,
         log_every=args.log_every, workers=args.workers, amp=not args.no_amp,
     )  # fmt: skip
 

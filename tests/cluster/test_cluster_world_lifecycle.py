@@ -149,7 +149,7 @@ def test_a_resize_while_training_stops_the_world_and_resumes_it_whole_at_the_new
         # One world of the new size, resumed at the exact sample where the old one stopped.
         assert world_env(cluster) == {(str(after), job["metadata"]["uid"])}
         assert sorted(world_pods(cluster)) == list(range(after))
-        assert f"ckpt-{stopped['step']:08d}.pt" in line and f"sample {stopped['samples_in_epoch']}/" in line, line
+        assert f"ckpt-{stopped['step']:08d}:" in line and f"sample {stopped['samples_in_epoch']}/" in line, line
         assert f"world of {after} (was {before})" in line, line
         wait_for_world(cluster, after)
     print(f"\n[figures] seconds from `up` with a new size to the resized world resumed: {figures}")
@@ -168,7 +168,7 @@ def test_switching_the_workload_kind_replaces_the_world_after_it_stopped(cluster
     assert stopped["reason"] == "sigterm", stopped
     assert "Job" not in owner_kinds(cluster), "the Job's pods outlived the switch"
     line, _ = wait_for_reform(cluster, 0)
-    assert f"ckpt-{stopped['step']:08d}.pt" in line, line
+    assert f"ckpt-{stopped['step']:08d}:" in line, line
     assert owner_kinds(cluster) == {"StatefulSet"}
 
 
@@ -207,5 +207,5 @@ def test_destroy_then_up_adopts_the_retained_claims_and_resumes(cluster, dev_sta
     # up again: the namespace and the claims are adopted, not met with AlreadyExists, and the run resumes.
     dev_stack.up(run__args=RUN_ARGS)
     line, _ = wait_for_reform(cluster, 0)
-    assert f"ckpt-{stopped['step']:08d}.pt" in line, line
+    assert f"ckpt-{stopped['step']:08d}:" in line, line
     assert {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()} == claims

@@ -144,10 +144,11 @@ def test_a_crash_after_a_checkpoint_resumes_and_ends_as_the_uninterrupted_run(fi
     (crashed / "checkpoints").mkdir(parents=True)
     for path in (run / "checkpoints").glob("ckpt-*"):
         if int(path.name[5:13]) <= 8:  # what the run had written when it died, after step 8, mid-epoch 1
-            shutil.copy2(path, crashed / "checkpoints")
+            copy = shutil.copytree if path.is_dir() else shutil.copy2
+            copy(path, crashed / "checkpoints" / path.name)
 
     result, text = train_in_a_world_of_two(workspace, model_dir, tmp_path, tmp_path / "resumed.log")
-    assert "[CKPT] resumed from ckpt-00000008.pt: epoch 1 step 8/" in text
+    assert "[CKPT] resumed from ckpt-00000008: epoch 1 step 8/" in text
     assert result == expected
     timing = ("tokens_per_s", "seconds")
     assert [{k: v for k, v in r.items() if k not in timing} for r in metrics_of(crashed)] == [

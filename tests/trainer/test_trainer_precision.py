@@ -43,8 +43,7 @@ IN_FP16 = "import sys, torch; from trainer import loop, train; loop._amp_dtype =
 
 
 def scaler_state_of(run) -> dict:
-    path, state = CheckpointStore(run / "checkpoints", keep=1).load_newest()
-    return state["scaler"]
+    return CheckpointStore(run / "checkpoints", keep=1).newest_complete().record["scaler"]
 
 
 @pytest.mark.timeout(240)
@@ -63,7 +62,7 @@ def test_a_checkpoint_without_loss_scaler_state_resumes_in_fp16_and_back(tmp_pat
     assert scaler_state_of(tmp_path / "run") == {}, "fp32 and bf16 keep no loss-scaler state"
 
     text = train("fp16", 2, "-c", IN_FP16)
-    assert "[CKPT] resumed from ckpt-00000008.pt" in text, text[-4000:]
+    assert "[CKPT] resumed from ckpt-00000008:" in text, text[-4000:]
     assert "no loss-scaler state" in text, text[-4000:]
     assert "[EPOCH] 2/2" in text
     assert scaler_state_of(tmp_path / "run")["scale"] > 0, "fp16 saves its loss scale"

@@ -52,7 +52,7 @@ def test_smoke_test_is_identical_for_one_seed_and_writes_its_outputs(tmp_path):
 def test_a_restart_after_the_last_epoch_trains_nothing_and_reports_the_same_result(tmp_path):
     first, _ = train(tmp_path, "done", SMOKE)
     again, log = train(tmp_path, "done", SMOKE)
-    assert "[CKPT] resumed from ckpt-00000032.pt" in log
+    assert "[CKPT] resumed from ckpt-00000032:" in log
     assert "[TRAIN]" not in log
     assert same_result(again) == same_result(first)
     assert len((tmp_path / "done" / "metrics.jsonl").read_text().splitlines()) == 2
