@@ -131,6 +131,15 @@ PET_RDZV_ENDPOINT = EnvVar("PET_RDZV_ENDPOINT", "= MASTER_ADDR:MASTER_PORT")
 PET_RDZV_ID = EnvVar("PET_RDZV_ID", "= RDZV_ID")
 PET_MAX_RESTARTS = EnvVar("PET_MAX_RESTARTS", "= MAX_RESTARTS")
 
+# --- what the user's own env (the stack's `env` map) or the image sets, and the trainer reads -----
+# Plain names, not EnvVars: the stack never sets them, and a user may.
+HF_HOME = "HF_HOME"  # the Hugging Face cache; the image puts it under /tmp
+MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"  # an http(s) MLflow server: run tracking (trainer/tracking.py)
+MLFLOW_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
+MLFLOW_TRACKING_TOKEN = "MLFLOW_TRACKING_TOKEN"
+MLFLOW_TRACKING_USERNAME = "MLFLOW_TRACKING_USERNAME"
+MLFLOW_TRACKING_PASSWORD = "MLFLOW_TRACKING_PASSWORD"
+
 # Every variable the pod env carries, in the order the Pulumi program emits them (the ones only
 # some stacks set, like HF_TOKEN, come after the others: see ddp_infra/workload.py pod_env).
 ALL: tuple[EnvVar, ...] = tuple(v for v in globals().values() if isinstance(v, EnvVar))

@@ -95,7 +95,7 @@ def load(source: Pretrained, auto_class, allow_download: bool, **options):
             problem = f"not a Hugging Face directory that {auto_class.__name__} can load"
         elif not allow_download:
             problem = (
-                f"not in the Hugging Face cache ({os.environ.get('HF_HOME', '~/.cache/huggingface')}), and nothing is "
+                f"not in the Hugging Face cache ({os.environ.get(c.HF_HOME, '~/.cache/huggingface')}), and nothing is "
                 "downloaded with --local-files-only (the default): add --allow-download to fetch it"
             )
         else:

@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
+from trainer import contract as c
 from trainer.outputs import write_json
 from trainer.stop import StopRequest
 
@@ -107,10 +108,10 @@ def open_trackers(run_dir: Path, run_name: str, flags: Mapping[str, Any], resume
     tensorboard = TensorBoard.open(run_dir / TENSORBOARD_DIR, first_step=resumed_step + 1)
     if tensorboard:
         sinks.append(tensorboard)
-    uri = env.get("MLFLOW_TRACKING_URI", "")
+    uri = env.get(c.MLFLOW_TRACKING_URI, "")
     if uri.startswith(("http://", "https://")):
         api = MlflowApi(uri, _authorization(env))
-        experiment = env.get("MLFLOW_EXPERIMENT_NAME") or run_name
+        experiment = env.get(c.MLFLOW_EXPERIMENT_NAME) or run_name
         sinks.append(MlflowRun(api, run_dir / MLFLOW_RUN_FILE, experiment, run_name, flags))
     elif uri:
         _say(f"MLflow: MLFLOW_TRACKING_URI={uri} is not an http(s) server, and this trainer speaks MLflow's REST API "
@@ -210,10 +211,10 @@ class MlflowApi:
 
 def _authorization(env: Mapping[str, str]) -> str | None:
     """The header MLflow's own clients send: a bearer token, or basic auth from a username and password."""
-    if token := env.get("MLFLOW_TRACKING_TOKEN"):
+    if token := env.get(c.MLFLOW_TRACKING_TOKEN):
         return f"Bearer {token}"
-    if user := env.get("MLFLOW_TRACKING_USERNAME"):
-        pair = f"{user}:{env.get('MLFLOW_TRACKING_PASSWORD', '')}".encode()
+    if user := env.get(c.MLFLOW_TRACKING_USERNAME):
+        pair = f"{user}:{env.get(c.MLFLOW_TRACKING_PASSWORD, '')}".encode()
         return "Basic " + base64.b64encode(pair).decode()
     return None
 
