@@ -18,6 +18,8 @@ from trainer.gpt import GPT, GPTConfig
 from trainer.lm_data import TokenBlocks
 from trainer.task import Task, save_state_dict
 
+VOCAB_MULTIPLE = 64  # the GPT's embedding and head rows: a shape the GPU's matmul kernels run at full speed
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     lm_corpus.add_arguments(parser)
@@ -34,7 +36,7 @@ def make_task(args: argparse.Namespace) -> Task:
     model_source = hugging_face.model_of(args)
     if model_source is not None:
         return _hugging_face_task(args, model_source, tokenizer.tokenizer, train_set, val_set)
-    cfg = GPTConfig(tokenizer.vocab_size, args.seq_len, args.n_layer, args.n_head, args.d_model, args.dropout)
+    cfg = GPTConfig(tokenizer.vocab_size, args.seq_len, args.n_layer, args.n_head, args.d_model, args.dropout, VOCAB_MULTIPLE)
     # the card names the tokenizer: a model's token ids mean nothing without it
     card = {"tokenizer": tokenizer.identity}
     return Task(GPT(cfg), train_set, val_set, _next_token_loss, "tokens", save_state_dict, card)
