@@ -24,6 +24,7 @@ from trainer import checkpoint
 from trainer.checkpoint import CheckpointStore
 from trainer.distributed import Dist, gather_to_all, main_decides, sum_across
 from trainer.load import params_sum, write_card
+from trainer.optimizer import make_adamw
 from trainer.outputs import RunDir, write_json
 from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest
@@ -39,7 +40,8 @@ class TrainConfig:
     lr: float
     seed: int
     grad_accum: int = 1
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # on the 2-D weights of matmuls only (trainer/optimizer.py)
+    betas: tuple[float, float] = (0.9, 0.999)
     warmup_steps: int = 0
     min_lr_ratio: float = 0.1
     grad_clip: float = 0.0
@@ -77,7 +79,7 @@ class Trainer:
         self.task, self.d, self.cfg, self.run, self.stop, self.run_name = task, d, cfg, run, stop, run_name
         self.model = task.model.to(d.device)
         self.ddp = DistributedDataParallel(self.model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.optimizer = make_adamw(self.model, cfg.lr, cfg.weight_decay, cfg.betas, d.device)
         self.sampler = EpochSampler(len(task.train_set), d.world_size, d.rank, cfg.seed, cfg.batch * cfg.grad_accum)
         pin = d.device.type == "cuda"
         # Starting an iterator draws a seed for the loader's workers: from a generator of the loaders' own, not
