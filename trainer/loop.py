@@ -1,8 +1,10 @@
 """The training loop: DDP over a Task, with validation, outputs, checkpoints, resume and stop.
 
-Every rank runs the same sequence of collectives: per optimizer step one small all-reduce
-(loss, units, stop flag); checkpoints gather the ranks' RNG states; validation sums losses.
-Decisions (checkpoint now, stop now) follow from values every rank has, so no rank waits alone.
+Every rank runs the same sequence of collectives: beyond DDP's own, one small all-reduce (losses,
+units, stop flag) per log interval, at a checkpoint and at an epoch's end, the only times the host
+waits for the device; checkpoints gather the ranks' RNG states; validation sums losses. Decisions
+(checkpoint now, stop now) follow from values every rank has, so no rank waits alone. A SIGTERM is
+answered at the next of those syncs: within --log-every steps.
 """
 
 from __future__ import annotations
@@ -207,34 +209,38 @@ class Trainer:
         self.sampler.set_epoch(p.epoch, start=p.samples_in_epoch)
         steps_in_epoch = self._steps_in_epoch()
         batches = iter(self.loader)
-        tick = time.perf_counter()
+        window = _Window(self.d.device)
         while p.step_in_epoch < steps_in_epoch:
             lr = cfg.lr * self._lr_factor()
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            loss_sum, units = self._step(batches)
-            loss_sum, units, stop = sum_across(self.d, [loss_sum, units, float(self.stop.requested)])
+            window.add(*self._step(batches))
             p.step_in_epoch += 1
             p.global_step += 1
             p.samples_in_epoch += self.sampler.world_step
             p.samples_seen += self.sampler.world_step
+            last = p.step_in_epoch == steps_in_epoch
+            checkpoint_now = cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0 and not last
+            if not (p.step_in_epoch % cfg.log_every == 0 or last or checkpoint_now):
+                continue  # the figures stay on the device: no host sync, no collective
+            loss_sum, units, stop = sum_across(self.d, [window.loss_sum, window.units, float(self.stop.requested)])
+            seconds = time.perf_counter() - window.started  # after the sync: the device's time, not the host's
             p.epoch_loss_sum += loss_sum
             p.epoch_units += units
-            now = time.perf_counter()
-            if p.step_in_epoch % cfg.log_every == 0 or p.step_in_epoch == steps_in_epoch:
-                rate = units / (now - tick)
-                self.log(f"[TRAIN] epoch={p.epoch + 1}/{cfg.epochs} step={p.step_in_epoch}/{steps_in_epoch} "
-                         f"global_step={p.global_step} samples={p.samples_seen} loss={loss_sum / units:.4f} lr={lr:.6e} "
-                         f"{self.task.unit}/s={rate:.0f} per_process={rate / self.d.world_size:.0f}")  # fmt: skip
+            rate = units / seconds
+            self.log(f"[TRAIN] epoch={p.epoch + 1}/{cfg.epochs} step={p.step_in_epoch}/{steps_in_epoch} "
+                     f"global_step={p.global_step} samples={p.samples_seen} loss={loss_sum / units:.4f} lr={lr:.6e} "
+                     f"{self.task.unit}/s={rate:.0f} per_process={rate / self.d.world_size:.0f}")  # fmt: skip
             if stop:
                 self.save_checkpoint("sigterm")
                 raise Stopped(f"stopped by SIGTERM at epoch {p.epoch + 1} step {p.step_in_epoch}, global step {p.global_step}")
-            if cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0 and p.step_in_epoch < steps_in_epoch:
+            if checkpoint_now:
                 self.save_checkpoint("periodic")  # the epoch's last step is saved by the epoch end
-            tick = time.perf_counter()
+            window = _Window(self.d.device)
 
     def _step(self, batches) -> tuple[torch.Tensor, int]:
-        """One optimizer step over grad_accum micro-batches; gradients are all-reduced once, on the last."""
+        """One optimizer step over grad_accum micro-batches; gradients are all-reduced once, on the last.
+        Returns the summed loss, still on the device, and the units it is over."""
         loss_sum = torch.zeros((), device=self.d.device)
         units = 0
         for micro in range(self.cfg.grad_accum):
@@ -303,6 +309,21 @@ class Trainer:
     def log(self, line: str) -> None:
         if self.d.is_main:
             print(line, flush=True)
+
+
+class _Window:
+    """This rank's figures since the last sync: the loss summed on the device, read only at the sync."""
+
+    def __init__(self, device: torch.device):
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        self.units = 0
+        self.steps = 0
+        self.started = time.perf_counter()
+
+    def add(self, loss_sum: torch.Tensor, units: int) -> None:
+        self.loss_sum += loss_sum
+        self.units += units
+        self.steps += 1
 
 
 def _amp_dtype(device: torch.device) -> torch.dtype | None:

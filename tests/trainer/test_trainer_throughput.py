@@ -3,12 +3,20 @@ and the number of collectives a training epoch runs."""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer import optimizer, train
+from trainer import distributed, optimizer, smoke, train
 from trainer.gpt import GPT, GPTConfig
+from trainer.loop import Trainer
+from trainer.outputs import RunDir
+from trainer.stop import StopRequest
 
 TINY = GPTConfig(vocab_size=257, seq_len=16, n_layer=2, n_head=2, d_model=32, vocab_multiple=64)
 
@@ -66,3 +74,37 @@ def test_the_vocabulary_is_padded_to_a_multiple_of_64_and_the_padding_never_pred
 def test_a_card_written_before_padding_still_builds_its_model():
     old = {"vocab_size": 257, "seq_len": 16, "n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.0}
     assert GPT(GPTConfig(**old)).tokens.weight.shape[0] == 257
+@pytest.fixture
+def world_of_one():
+    """This process as a world of one (gloo, in-memory store), as `python -m trainer.train` runs it."""
+    d = distributed.init("cpu", 60)
+    yield d
+    dist.destroy_process_group()
+
+
+def smoke_trainer(d, tmp_path, log_every: int) -> Trainer:
+    args = train.parse_args(["smoke", "--samples", "512", "--batch", "32", "--features", "8", "--hidden", "16",
+                             "--checkpoint-every", "0", "--log-every", str(log_every), "--device", "cpu"])  # fmt: skip
+    torch.manual_seed(args.seed)
+    return Trainer(smoke.make_task(args), d, train.config_of(args), RunDir(tmp_path / "run"), StopRequest(), "run")
+
+
+def test_an_epoch_reads_the_devices_figures_once_per_log_interval(world_of_one, tmp_path, monkeypatch):
+    trainer = smoke_trainer(world_of_one, tmp_path, log_every=4)  # 16 steps an epoch
+    collectives, reads = [], []
+    all_reduce, tolist, item = dist.all_reduce, torch.Tensor.tolist, torch.Tensor.item
+
+    def read_by_the_trainer(tensor, read):
+        caller = sys._getframe(2).f_code.co_filename  # torch's own reads (AdamW's step count) are host values
+        if f"{os.sep}trainer{os.sep}" in caller:
+            reads.append(Path(caller).name)
+        return read(tensor)
+
+    monkeypatch.setattr(dist, "all_reduce", lambda *a, **k: collectives.append(1) or all_reduce(*a, **k))
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: read_by_the_trainer(t, tolist))
+    monkeypatch.setattr(torch.Tensor, "item", lambda t: read_by_the_trainer(t, item))
+    trainer._train_epoch()
+    assert trainer.progress.step_in_epoch == 16
+    assert len(collectives) == 4, "one all-reduce per 4 steps beyond DDP's own"
+    # one read per sync, and the sampler's list of the epoch's sample indices
+    assert sorted(reads) == ["distributed.py"] * 4 + ["sampler.py"], reads
