@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Subset
 
-from trainer import checkpoint
+from trainer import checkpoint, throughput
 from trainer.checkpoint import CheckpointStore
 from trainer.distributed import Dist, gather_to_all, main_decides, sum_across
 from trainer.load import params_sum, write_card
@@ -52,6 +51,9 @@ class TrainConfig:
     log_every: int = 10
     workers: int = 0
     amp: bool = True
+    compile: bool | None = None  # torch.compile the model; None: on CUDA only
+    tf32: bool = True  # on CUDA
+    grad_compression: str = "none"  # a key of throughput.GRAD_COMPRESSION
 
 
 @dataclass
@@ -80,7 +82,11 @@ class Trainer:
     def __init__(self, task: Task, d: Dist, cfg: TrainConfig, run: RunDir, stop: StopRequest, run_name: str):
         self.task, self.d, self.cfg, self.run, self.stop, self.run_name = task, d, cfg, run, stop, run_name
         self.model = task.model.to(d.device)
-        self.ddp = DistributedDataParallel(self.model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
+        if cfg.tf32:
+            throughput.use_tf32(d.device)
+        self.ddp = throughput.wrap_ddp(self.model, d.device, cfg.grad_compression)
+        compiling = cfg.compile if cfg.compile is not None else d.device.type == "cuda"
+        self.step_model = throughput.maybe_compile(self.ddp, compiling)  # what the training step calls
         self.optimizer = make_adamw(self.model, cfg.lr, cfg.weight_decay, cfg.betas, d.device)
         self.sampler = EpochSampler(len(task.train_set), d.world_size, d.rank, cfg.seed, cfg.batch * cfg.grad_accum)
         pin = d.device.type == "cuda"
@@ -247,7 +253,7 @@ class Trainer:
             batch = to_device(next(batches), self.d.device)
             sync = micro == self.cfg.grad_accum - 1
             with nullcontext() if sync else self.ddp.no_sync(), self._autocast():
-                loss, n = self.task.loss(self.ddp, batch)
+                loss, n = self.task.loss(self.step_model, batch)
             self.scaler.scale(loss / self.cfg.grad_accum).backward()
             loss_sum += loss.detach().float() * n
             units += n

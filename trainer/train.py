@@ -21,6 +21,7 @@ from trainer import distributed, lm, smoke
 from trainer.loop import Stopped, TrainConfig, Trainer
 from trainer.outputs import RunDir
 from trainer.stop import EXIT_STOPPED, StopRequest
+from trainer.throughput import GRAD_COMPRESSION
 
 TASKS = {"smoke": smoke, "lm": lm}
 
@@ -51,6 +52,11 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (they use /dev/shm)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--no-amp", action="store_true", help="train in fp32 on GPU too")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction,
+                        help="torch.compile the model (default: on CUDA only; the first steps then compile)")  # fmt: skip
+    parser.add_argument("--no-tf32", action="store_true", help="full fp32 matmuls on GPU instead of TF32")
+    parser.add_argument("--grad-compression", choices=tuple(GRAD_COMPRESSION), default="none",
+                        help="bf16: all-reduce gradients in bf16, half the bytes on the network (default none)")  # fmt: skip
     parser.add_argument("--pg-timeout", type=float, default=1800, help="seconds a collective may wait for a peer")
 
 
@@ -70,7 +76,8 @@ def config_of(args: argparse.Namespace) -> TrainConfig:
         epochs=args.epochs, batch=args.batch, lr=args.lr, seed=args.seed, grad_accum=args.grad_accum,
         weight_decay=args.weight_decay, betas=tuple(args.adam_betas), warmup_steps=args.warmup_steps, grad_clip=args.grad_clip,
         checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
-        log_every=args.log_every, workers=args.workers, amp=not args.no_amp,
+        log_every=args.log_every, workers=args.workers, amp=not args.no_amp, compile=args.compile,
+        tf32=not args.no_tf32, grad_compression=args.grad_compression,
     )  # fmt: skip
 
 

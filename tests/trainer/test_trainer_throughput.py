@@ -74,6 +74,21 @@ def test_the_vocabulary_is_padded_to_a_multiple_of_64_and_the_padding_never_pred
 def test_a_card_written_before_padding_still_builds_its_model():
     old = {"vocab_size": 257, "seq_len": 16, "n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.0}
     assert GPT(GPTConfig(**old)).tokens.weight.shape[0] == 257
+def test_compile_is_on_for_cuda_by_default_and_either_way_on_request():
+    assert train.config_of(train.parse_args(["smoke"])).compile is None  # the trainer: on CUDA only
+    assert train.config_of(train.parse_args(["smoke", "--compile"])).compile is True
+    assert train.config_of(train.parse_args(["smoke", "--no-compile"])).compile is False
+
+
+def test_grad_compression_takes_none_or_bf16(capsys):
+    assert train.config_of(train.parse_args(["smoke"])).grad_compression == "none"
+    assert train.config_of(train.parse_args(["smoke", "--grad-compression", "bf16"])).grad_compression == "bf16"
+    with pytest.raises(SystemExit):
+        train.parse_args(["smoke", "--grad-compression", "fp8"])
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert all(word in error for word in ("--grad-compression", "fp8", "none", "bf16")), error
+
+
 @pytest.fixture
 def world_of_one():
     """This process as a world of one (gloo, in-memory store), as `python -m trainer.train` runs it."""
