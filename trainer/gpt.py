@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainer.flops import transformer_flops_per_token
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -70,6 +72,12 @@ class GPT(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.padded_vocab, bias=False)
         self.head.weight = self.tokens.weight  # tied, as in GPT-2
         self.apply(_init_weights)
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token at the full sequence length (nanoGPT's estimate_mfu), padding rows included:
+        the head computes them."""
+        params = sum(p.numel() for p in self.parameters()) - self.positions.weight.numel()
+        return transformer_flops_per_token(params, self.cfg.n_layer, self.cfg.d_model, self.cfg.seq_len)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(ids.shape[1], device=ids.device)

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from trainer import checkpoint, throughput
+from trainer import checkpoint, flops, throughput
 from trainer.checkpoint import CheckpointStore
 from trainer.distributed import Dist, gather_to_all, main_decides, sum_across
 from trainer.load import params_sum, write_card
@@ -87,6 +87,7 @@ class Trainer:
         self.ddp = throughput.wrap_ddp(self.model, d.device, cfg.grad_compression)
         compiling = cfg.compile if cfg.compile is not None else d.device.type == "cuda"
         self.step_model = throughput.maybe_compile(self.ddp, compiling)  # what the training step calls
+        self.peak_flops = flops.peak_flops(d.device)
         self.optimizer = make_adamw(self.model, cfg.lr, cfg.weight_decay, cfg.betas, d.device)
         self.sampler = EpochSampler(len(task.train_set), d.world_size, d.rank, cfg.seed, cfg.batch * cfg.grad_accum)
         pin = d.device.type == "cuda"
@@ -234,9 +235,11 @@ class Trainer:
             p.epoch_loss_sum += loss_sum
             p.epoch_units += units
             rate = units / seconds
+            mfu = flops.mfu(self.task.flops_per_unit, rate / self.d.world_size, self.peak_flops)
             self.log(f"[TRAIN] epoch={p.epoch + 1}/{cfg.epochs} step={p.step_in_epoch}/{steps_in_epoch} "
                      f"global_step={p.global_step} samples={p.samples_seen} loss={loss_sum / units:.4f} lr={lr:.6e} "
-                     f"{self.task.unit}/s={rate:.0f} per_process={rate / self.d.world_size:.0f}")  # fmt: skip
+                     f"{self.task.unit}/s={rate:.0f} per_process={rate / self.d.world_size:.0f} "
+                     f"step_ms={seconds / window.steps * 1e3:.1f} mfu={'n/a' if mfu is None else f'{mfu:.1%}'}")  # fmt: skip
             if stop:
                 self.save_checkpoint("sigterm")
                 raise Stopped(f"stopped by SIGTERM at epoch {p.epoch + 1} step {p.step_in_epoch}, global step {p.global_step}")

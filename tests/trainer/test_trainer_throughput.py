@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer import distributed, optimizer, smoke, train
+from trainer import distributed, flops, optimizer, smoke, train
 from trainer.gpt import GPT, GPTConfig
 from trainer.loop import Trainer
 from trainer.outputs import RunDir
@@ -74,6 +74,31 @@ def test_the_vocabulary_is_padded_to_a_multiple_of_64_and_the_padding_never_pred
 def test_a_card_written_before_padding_still_builds_its_model():
     old = {"vocab_size": 257, "seq_len": 16, "n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.0}
     assert GPT(GPTConfig(**old)).tokens.weight.shape[0] == 257
+def test_gpt2_small_flops_per_token_and_mfu_match_the_hand_count():
+    gpt2 = GPT(GPTConfig(vocab_size=50257, seq_len=1024, n_layer=12, n_head=12, d_model=768, vocab_multiple=64))
+    # N without the position table: 50304 x 768 (tied head) + 12 x (12 x 768^2 + 13 x 768) + 2 x 768 (ln_f)
+    n = 50304 * 768 + 12 * (12 * 768**2 + 13 * 768) + 2 * 768
+    assert n == 123_689_472
+    attention = 12 * 12 * 12 * 64 * 1024  # 12 * L * H * Q * T
+    assert gpt2.flops_per_token() == 6 * n + attention == 855_383_040
+    # 400k tokens/s on one H100 SXM (989 TFLOP/s bf16): 34.6%
+    assert flops.mfu(gpt2.flops_per_token(), 400_000, flops.peak_flops_of("NVIDIA H100 80GB HBM3")) == pytest.approx(0.34596, abs=1e-5)
+
+
+@pytest.mark.parametrize("name, peak", [
+    ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
+    ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA A10", 125e12), ("NVIDIA L4", 121e12), ("NVIDIA L40S", 362e12),
+    ("Tesla T4", 65e12), ("Tesla V100-SXM2-16GB", 125e12), ("NVIDIA GeForce RTX 4090", None),
+])  # fmt: skip
+def test_peak_flops_by_gpu_name(name, peak):
+    assert flops.peak_flops_of(name) == peak
+
+
+def test_no_mfu_without_a_peak_or_a_flop_count():
+    assert flops.peak_flops(torch.device("cpu")) is None
+    assert flops.mfu(1e9, 1e3, None) is None and flops.mfu(None, 1e3, 1e12) is None
+
+
 def test_compile_is_on_for_cuda_by_default_and_either_way_on_request():
     assert train.config_of(train.parse_args(["smoke"])).compile is None  # the trainer: on CUDA only
     assert train.config_of(train.parse_args(["smoke", "--compile"])).compile is True

@@ -1,5 +1,5 @@
 """The throughput path in real training processes on the CPU: bf16 gradient compression over gloo in a
-world of two, and torch.compile."""
+world of two, torch.compile, and the [TRAIN] line's figures."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ from trainer_testing import PYTHON, clean_env, done_lines, run_to_end, same_resu
 
 SMALL = ["-m", "trainer.train", "smoke", "--epochs", "1", "--samples", "1024", "--batch", "64", "--features", "16",
          "--hidden", "32", "--classes", "3", "--lr", "1e-2", "--seed", "3", "--log-every", "4", "--pg-timeout", "60"]  # fmt: skip
+
+
+def train_lines(text: str) -> list[dict[str, str]]:
+    return [dict(f.split("=", 1) for f in line.split()[1:]) for line in text.splitlines() if line.startswith("[TRAIN]")]
 
 
 @pytest.mark.timeout(300)
@@ -19,6 +23,19 @@ def test_bf16_gradient_compression_trains_a_world_of_two_on_gloo(tmp_path):
     assert compressed["steps"] == plain["steps"] == "8"
     assert compressed["params_sum"] != plain["params_sum"], "the gradients went through bf16"
     assert float(compressed["val_loss"]) == pytest.approx(float(plain["val_loss"]), rel=0.05)
+
+
+@pytest.mark.timeout(240)
+def test_train_lines_carry_step_time_and_say_mfu_is_unknown_on_the_cpu(tmp_path):
+    command = [PYTHON, *SMALL, "--out-dir", str(tmp_path), "--run-name", "lines", "--device", "cpu"]
+    code, text = run_to_end(command, clean_env(), tmp_path / "lines.log", timeout=120)
+    assert code == 0, text[-4000:]
+    lines = train_lines(text)
+    assert [line["step"] for line in lines] == ["4/16", "8/16", "12/16", "16/16"]
+    for line in lines:
+        assert float(line["step_ms"]) > 0 and float(line["samples/s"]) > 0
+        assert line["mfu"] == "n/a", "the CPU has no peak in the table"
+        assert list(line)[-2:] == ["step_ms", "mfu"], "new fields go at the end"
 
 
 # torch.compile on the CPU generates and builds C++ with gcc: about 40 s for the first graph on the
