@@ -221,7 +221,7 @@ class Trainer:
             lr = cfg.lr * self._lr_factor()
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            window.add(*self._step(batches))
+            self._step(batches, window)
             p.step_in_epoch += 1
             p.global_step += 1
             p.samples_in_epoch += self.sampler.world_step
@@ -247,26 +247,24 @@ class Trainer:
                 self.save_checkpoint("periodic")  # the epoch's last step is saved by the epoch end
             window = _Window(self.d.device)
 
-    def _step(self, batches) -> tuple[torch.Tensor, int]:
+    def _step(self, batches, window: _Window) -> None:
         """One optimizer step over grad_accum micro-batches; gradients are all-reduced once, on the last.
-        Returns the summed loss, still on the device, and the units it is over."""
-        loss_sum = torch.zeros((), device=self.d.device)
-        units = 0
-        for micro in range(self.cfg.grad_accum):
+        Its losses are added to `window`, on the device."""
+        accum = self.cfg.grad_accum
+        for micro in range(accum):
             batch = to_device(next(batches), self.d.device)
-            sync = micro == self.cfg.grad_accum - 1
+            sync = micro == accum - 1
             with nullcontext() if sync else self.ddp.no_sync(), self._autocast():
                 loss, n = self.task.loss(self.step_model, batch)
-            self.scaler.scale(loss / self.cfg.grad_accum).backward()
-            loss_sum += loss.detach().float() * n
-            units += n
+            self.scaler.scale(loss / accum if accum > 1 else loss).backward()
+            window.add(loss, n)
         if self.cfg.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss_sum, units
+        window.steps += 1
 
     def _end_epoch(self, seconds: float, units: float) -> dict[str, Any]:
         p = self.progress
@@ -329,10 +327,10 @@ class _Window:
         self.steps = 0
         self.started = time.perf_counter()
 
-    def add(self, loss_sum: torch.Tensor, units: int) -> None:
-        self.loss_sum += loss_sum
+    def add(self, loss: torch.Tensor, units: int) -> None:
+        """One micro-batch's mean loss over its `units`: a single kernel, no host sync."""
+        self.loss_sum.add_(loss.detach(), alpha=units)
         self.units += units
-        self.steps += 1
 
 
 def _amp_dtype(device: torch.device) -> torch.dtype | None:
