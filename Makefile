@@ -17,6 +17,7 @@ bench:
 	$(PY) bench/bench_program.py
 	$(PY) bench/bench_trainer.py
 	$(PY) bench/bench_checkpoint.py
+	$(PY) bench/bench_step.py
 	$(PY) bench/bench_tokens.py
 	$(PY) bench/bench_gpu.py
 

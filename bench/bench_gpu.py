@@ -2,21 +2,24 @@
 
 Side by side in one run, on one CUDA device, GPT-2-small shape (12 layers, 12 heads, 768 wide,
 sequence 1024), the same micro-batch, synthetic tokens:
-  - trainer: the `lm` task's model (trainer/gpt.py), optimizer, AMP choice, GradScaler, DDP wrapper,
-    DataLoader and per-step all-reduce, built by trainer.loop.Trainer from the `lm` task's flags, under
-    the trainer's own process group (trainer.distributed.init: NCCL, world size 1; under torchrun
-    it joins torchrun's group). The `lm` flags fix the byte tokenizer (vocab 257), so the GPT-2 vocab
-    (50304, nanoGPT's padded 50257) is built with trainer.gpt directly and the rest of the Task is the
+  - trainer: the `lm` task's model (trainer/gpt.py, vocabulary padded to a multiple of 64), its
+    throughput path as the `lm` flags leave it on CUDA (torch.compile, fused AdamW with decay/no-decay
+    groups, TF32, bf16 autocast, DDP with bucket views), DataLoader, and the figures synced every
+    --log-every steps, built by trainer.loop.Trainer from the `lm` task's flags, under the trainer's
+    own process group (trainer.distributed.init: NCCL, world size 1; under torchrun it joins
+    torchrun's group). The `lm` flags fix the byte tokenizer (vocab 257), so the GPT-2 vocab (50257,
+    padded to 50304 as nanoGPT does) is built with trainer.gpt directly and the rest of the Task is the
     `lm` task's; a second trainer row is the shape the flags reach (vocab 257, via lm.make_task).
   - reference: nanoGPT's loop on the same GPT module: bf16 autocast, torch.compile, fused AdamW with
     decay on 2-D weights only, TF32 on, grad clip 1.0, prefetched pinned batches, no host sync per
     step; and the same loop uncompiled, to separate what compile buys from what the loop costs.
-MFU uses nanoGPT's estimate_mfu: FLOPs/token = 6N + 12*L*H*Q*T (N: parameters less the position
-embedding), against the H100's bf16 dense peak, 989.5 TFLOP/s.
+MFU is the trainer's own (trainer/flops.py): nanoGPT's estimate_mfu, FLOPs/token = 6N + 12*L*H*Q*T
+(N: parameters less the position embedding), against the GPU's dense bf16 peak from the trainer's
+table (H100 SXM and H200: 989 TFLOP/s), and against the bf16 matmul rate measured here.
 With --e2e it first runs the trainer as a user would (`python -m trainer.train smoke`, and
 `torchrun ... -m trainer.train lm` on generated JSONL, then again to resume), and reports each outcome.
-With --ablate it adds rows that price the differences: the trainer with a fused AdamW, and also
-compiled (neither is what the trainer does), and the eager reference with a host sync per step.
+With --ablate it adds rows that price the differences: the trainer with --no-compile, and the eager
+reference with a host sync per step.
 Without CUDA it prints why and exits 0.
 
 Usage: python bench/bench_gpu.py [--e2e] [--ablate] [--batch 16] [--json PATH]
@@ -39,8 +42,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PEAK_FLOPS = 989.5e12  # H100 SXM bf16 dense, as the issue asks
 GPT2 = dict(n_layer=12, n_head=12, d_model=768, seq_len=1024)
+VOCAB_MULTIPLE = 64  # the lm task's padding (trainer/lm.py)
+TRAINER = "trainer lm V=50257 (50304)"
 
 
 # --- end to end: the trainer as a user runs it -----------------------------------------------------
@@ -112,47 +116,30 @@ def end_to_end(log_path: Path) -> list[dict]:
 
 
 # --- the benchmark -----------------------------------------------------------------------------------
-def flops_per_token(model) -> tuple[float, int]:
-    """nanoGPT's estimate_mfu numerator per token; N excludes the position embedding (non_embedding)."""
-    cfg = model.cfg
-    n = sum(p.numel() for p in model.parameters()) - model.positions.weight.numel()
-    return 6 * n + 12 * cfg.n_layer * cfg.n_head * (cfg.d_model // cfg.n_head) * cfg.seq_len, n
-
-
 class Case:
     """A named step function timed in windows; tokens per step; the model it trains (for FLOPs)."""
 
-    def __init__(self, name, step, tokens, model, tf32, finish=None):
-        self.name, self.step, self.tokens, self.model, self.tf32, self.finish = name, step, tokens, model, tf32, finish
+    def __init__(self, name, step, tokens, model, finish=None):
+        self.name, self.step, self.tokens, self.model, self.finish = name, step, tokens, model, finish
         self.window_ms: list[float] = []
         self.peak_gib = 0.0
         self.first_step_s = math.nan
 
 
-def _tf32_for(case, default: tuple[bool, bool]) -> None:
-    """The reference turns TF32 on, as nanoGPT does; the trainer runs with what it leaves (torch's default)."""
-    import torch
-
-    on = (case.tf32, case.tf32) if case.tf32 is not None else default
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = on
-
-
-def trainer_case(name, vocab, batch, d, stop, tmp: Path, fused=False, compiled=False):
-    """The trainer's `lm` path: Trainer(...) from the lm flags, stepping as Trainer._train_epoch does.
-
-    fused / compiled (--ablate only, not what the trainer does): swap in a fused AdamW, or torch.compile the Trainer's DDP module, to price those two differences."""
+def trainer_case(name, vocab, batch, d, stop, tmp: Path, extra_flags=()):
+    """The trainer's `lm` path: Trainer(...) from the lm flags (and `extra_flags`), stepping as Trainer._train_epoch does."""
     import torch
 
     from trainer import lm, train
     from trainer.distributed import sum_across
     from trainer.gpt import GPT, GPTConfig
-    from trainer.loop import Trainer
+    from trainer.loop import Trainer, _Window
     from trainer.outputs import RunDir
     from trainer.task import Task, save_state_dict
 
     flags = ["lm", "--n-layer", str(GPT2["n_layer"]), "--n-head", str(GPT2["n_head"]), "--d-model", str(GPT2["d_model"]),
              "--seq-len", str(GPT2["seq_len"]), "--batch", str(batch), "--out-dir", str(tmp), "--run-name", name,
-             "--data-dir", str(tmp / "data"), "--checkpoint-every", "0", "--log-every", "1000000"]  # fmt: skip
+             "--data-dir", str(tmp / "data"), "--checkpoint-every", "0", *extra_flags]  # fmt: skip
     args = train.parse_args(flags)
     torch.manual_seed(args.seed)  # as train.main does
     blocks = 8 * batch  # 8 steps per loader pass; the loader is re-iterated
@@ -167,18 +154,14 @@ def trainer_case(name, vocab, batch, d, stop, tmp: Path, fused=False, compiled=F
                     f.write(json.dumps({"text": "".join(rng.choice(letters) for _ in range(args.seq_len))}) + "\n")
         task = lm.make_task(args)
     else:
-        cfg = GPTConfig(vocab, args.seq_len, args.n_layer, args.n_head, args.d_model, args.dropout)
+        cfg = GPTConfig(vocab, args.seq_len, args.n_layer, args.n_head, args.d_model, args.dropout, VOCAB_MULTIPLE)
         gen = torch.Generator().manual_seed(0)
         train_set = torch.randint(vocab, (blocks, args.seq_len + 1), generator=gen)
         val_set = torch.randint(vocab, (2, args.seq_len + 1), generator=gen)
-        task = Task(GPT(cfg), train_set, val_set, lm._next_token_loss, "tokens", save_state_dict)
+        model = GPT(cfg)
+        task = Task(model, train_set, val_set, lm._next_token_loss, "tokens", save_state_dict, {}, model.flops_per_token())
     trainer = Trainer(task, d, train.config_of(args), RunDir(tmp / name), stop, name)
     trainer.ddp.train()
-    if fused:
-        trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=trainer.cfg.lr,
-                                              weight_decay=trainer.cfg.weight_decay, fused=True)  # fmt: skip
-    if compiled:
-        trainer.ddp = torch.compile(trainer.ddp)
 
     def forever():
         epoch = 0
@@ -188,23 +171,25 @@ def trainer_case(name, vocab, batch, d, stop, tmp: Path, fused=False, compiled=F
             epoch += 1
 
     batches = forever()
-    last = {}
+    last = {"window": _Window(d.device)}
 
     def step():
-        loss_sum, units = trainer._step(batches)  # the loop's own step: AMP, scaler, clip, DDP
-        loss_sum, units, _ = sum_across(d, [loss_sum, units, float(stop.requested)])  # as _train_epoch does
-        last["loss"] = loss_sum / units
+        window = last["window"]
+        trainer._step(batches, window)  # the loop's own step: compile, AMP, fused AdamW, clip, DDP
+        if window.steps % trainer.cfg.log_every == 0:  # as _train_epoch does: one sync per log interval
+            total, units, _ = sum_across(d, [window.loss_sum, window.units, float(stop.requested)])
+            last["loss"], last["window"] = total / units, _Window(d.device)
 
     path = {
         "amp_dtype": str(trainer.amp_dtype), "grad_scaler_enabled": trainer.scaler.is_enabled(),
         "optimizer": type(trainer.optimizer).__name__,
         "optimizer_fused": trainer.optimizer.defaults.get("fused"), "optimizer_foreach": trainer.optimizer.defaults.get("foreach"),
-        "weight_decay_on_all_params": len(trainer.optimizer.param_groups) == 1 and trainer.cfg.weight_decay > 0,
-        "grad_clip": trainer.cfg.grad_clip, "ddp": type(getattr(trainer.ddp, "_orig_mod", trainer.ddp)).__name__,
-        "compiled": compiled,
-        "vocab": task.model.cfg.vocab_size, "batch": batch, "lr_warmup_steps": trainer.cfg.warmup_steps,
+        "param_groups": [(len(g["params"]), g["weight_decay"]) for g in trainer.optimizer.param_groups],
+        "betas": trainer.cfg.betas, "grad_clip": trainer.cfg.grad_clip, "ddp": type(trainer.ddp).__name__,
+        "compiled": trainer.step_model is not trainer.ddp, "tf32": torch.backends.cuda.matmul.fp32_precision,
+        "vocab": task.model.cfg.vocab_size, "padded_vocab": task.model.cfg.padded_vocab, "batch": batch, "lr_warmup_steps": trainer.cfg.warmup_steps,
     }  # fmt: skip
-    case = Case(name, step, batch * args.seq_len, task.model, tf32=None, finish=lambda: last.get("loss"))
+    case = Case(name, step, batch * args.seq_len, task.model, finish=lambda: last.get("loss"))
     return case, trainer, path
 
 
@@ -217,7 +202,8 @@ def reference_cases(vocab, batch, compiled_too=True, ablate=False):
 
     device = torch.device("cuda", torch.cuda.current_device())
     torch.manual_seed(1337)
-    model = GPT(GPTConfig(vocab, GPT2["seq_len"], GPT2["n_layer"], GPT2["n_head"], GPT2["d_model"], 0.0)).to(device)
+    model = GPT(GPTConfig(vocab, GPT2["seq_len"], GPT2["n_layer"], GPT2["n_head"], GPT2["d_model"], 0.0, VOCAB_MULTIPLE))
+    model = model.to(device)
 
     class WithLoss(torch.nn.Module):  # nanoGPT computes the loss inside the compiled forward
         def __init__(self, gpt):
@@ -274,10 +260,10 @@ def reference_cases(vocab, batch, compiled_too=True, ablate=False):
     tokens = batch * GPT2["seq_len"]
     cases = []
     if compiled_too:
-        cases.append(Case("reference (compile)", make_step(fast), tokens, model, tf32=True, finish=finish))
-    cases.append(Case("reference (eager)", make_step(eager), tokens, model, tf32=True, finish=finish))
+        cases.append(Case("reference (compile)", make_step(fast), tokens, model, finish=finish))
+    cases.append(Case("reference (eager)", make_step(eager), tokens, model, finish=finish))
     if ablate:
-        cases.append(Case("ref eager + per-step sync", make_step(eager, sync=True), tokens, model, tf32=True, finish=finish))
+        cases.append(Case("ref eager + per-step sync", make_step(eager, sync=True), tokens, model, finish=finish))
     return cases, (model, optimizer, fast, eager)
 
 
@@ -325,9 +311,10 @@ def fp16_scaler_check(d, stop, tmp: Path) -> dict:
         loop._amp_dtype = original
     batches = iter(trainer.loader)
     losses, scales = [], []
-    for _ in range(min(60, trainer.steps_per_epoch)):
-        loss_sum, units = trainer._step(batches)
-        loss_sum, units, _ = sum_across(d, [loss_sum, units, 0.0])
+    for _ in range(min(60, len(trainer.loader))):
+        window = loop._Window(d.device)
+        trainer._step(batches, window)
+        loss_sum, units, _ = sum_across(d, [window.loss_sum, window.units, 0.0])
         losses.append(loss_sum / units)
         scales.append(trainer.scaler.get_scale())
     val = trainer.validate()
@@ -365,19 +352,20 @@ def benchmark(options) -> dict:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from trainer import distributed
+    from trainer import distributed, flops
     from trainer.stop import StopRequest
 
     d = distributed.init("cuda", 600)  # the trainer's own group: NCCL; a world of one, or torchrun's
     if d.world_size != 1:
         raise SystemExit(f"run with one process (world size {d.world_size}): the figures are per GPU")
-    tf32_default = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.fp32_precision = "tf32"  # the trainer's setting (trainer/throughput.py) and nanoGPT's
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
     props = torch.cuda.get_device_properties(d.device)
     env = {
         "device": props.name, "sms": props.multi_processor_count, "memory_gib": round(props.total_memory / 2**30, 1),
         "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
         "backend": torch.distributed.get_backend(), "world_size": d.world_size, "torchrun": "RANK" in os.environ,
-        "bf16_supported": torch.cuda.is_bf16_supported(), "tf32_default": tf32_default,
+        "bf16_supported": torch.cuda.is_bf16_supported(), "peak_flops": flops.peak_flops(d.device),
     }  # fmt: skip
     print("[ENV] " + " ".join(f"{k}={v}" for k, v in env.items()), flush=True)
     env["matmul_bf16_tflops"] = round(matmul_ceiling(), 1)
@@ -392,7 +380,7 @@ def benchmark(options) -> dict:
             gc.collect()
             torch.cuda.empty_cache()
         cases, keep = [], []
-        case, trainer, path = trainer_case("trainer lm V=50304", options.vocab, options.batch, d, stop, tmp)
+        case, trainer, path = trainer_case(TRAINER, options.vocab, options.batch, d, stop, tmp)
         cases.append(case)
         keep.append(trainer)
         results["trainer_path"] = path
@@ -401,16 +389,14 @@ def benchmark(options) -> dict:
         cases += refs
         keep.append(ref_keep)
         if options.ablate:  # not the trainer as it is: what two of its differences cost
-            for label, fused, compiled in (("trainer + fused AdamW", True, False), ("trainer + fused + compile", True, True)):
-                case, trainer, _ = trainer_case(label, options.vocab, options.batch, d, stop, tmp, fused, compiled)
-                cases.append(case)
-                keep.append(trainer)
+            case, trainer, _ = trainer_case("trainer --no-compile", options.vocab, options.batch, d, stop, tmp, ["--no-compile"])
+            cases.append(case)
+            keep.append(trainer)
         if not options.skip_small_vocab:
             case, trainer, _ = trainer_case("trainer lm V=257 (flags)", None, options.batch, d, stop, tmp)
             cases.append(case)
             keep.append(trainer)
         for case in cases:  # warm-up: compilation, cuDNN/cuBLAS handles, allocator, NCCL
-            _tf32_for(case, tf32_default)
             torch.cuda.synchronize()
             started = time.perf_counter()
             case.step()
@@ -422,18 +408,18 @@ def benchmark(options) -> dict:
             print(f"[WARM] {case.name}: first step {case.first_step_s:.1f}s", flush=True)
         for window in range(options.windows):  # interleaved, so drift hits every case alike
             for case in cases:
-                _tf32_for(case, tf32_default)
-                case.window_ms.append(timed_window(case, options.steps))
+                    case.window_ms.append(timed_window(case, options.steps))
             print(f"[WINDOW] {window + 1}: " + ", ".join(f"{c.name} {c.window_ms[-1]:.2f} ms" for c in cases), flush=True)
         rows = []
         for case in cases:
-            fpt, n = flops_per_token(case.model)
+            fpt = case.model.flops_per_token()
             ms = statistics.median(case.window_ms)
             tps = case.tokens / (ms / 1e3)
+            mfu = flops.mfu(fpt, tps, env["peak_flops"])
             rows.append({
                 "case": case.name, "step_ms": round(ms, 2), "step_ms_min": round(min(case.window_ms), 2),
-                "step_ms_max": round(max(case.window_ms), 2), "tokens_per_s": round(tps), "params_N": n,
-                "flops_per_token": fpt, "mfu": round(fpt * tps / PEAK_FLOPS, 4),
+                "step_ms_max": round(max(case.window_ms), 2), "tokens_per_s": round(tps),
+                "flops_per_token": fpt, "mfu": None if mfu is None else round(mfu, 4),
                 "mfu_vs_measured_matmul": round(fpt * tps / (env["matmul_bf16_tflops"] * 1e12), 4),
                 "peak_mem_gib": round(case.peak_gib, 1), "first_step_s": round(case.first_step_s, 1),
                 "final_loss": round(case.finish(), 4) if case.finish else None,
@@ -448,30 +434,38 @@ def benchmark(options) -> dict:
 def print_table(results: dict) -> None:
     rows = results["rows"]
     print(f"\nGPT-2-small shape (12x768, T={results['seq_len']}), micro-batch {results['batch']}, "
-          f"{results['env']['device']}, torch {results['env']['torch']}, peak {PEAK_FLOPS / 1e12} TFLOP/s bf16")  # fmt: skip
+          f"{results['env']['device']}, torch {results['env']['torch']}, peak {_tflops(results['env']['peak_flops'])} bf16, "
+          f"measured bf16 matmul {results['env']['matmul_bf16_tflops']} TFLOP/s")  # fmt: skip
     head = f"{'case':28} {'step ms':>9} {'(min..max)':>15} {'tokens/s':>10} {'MFU':>6} {'peak GiB':>8} {'loss':>7}"
     print(head + "\n" + "-" * len(head))
     for r in rows:
         print(f"{r['case']:28} {r['step_ms']:9.2f} {r['step_ms_min']:7.2f}..{r['step_ms_max']:<7.2f} "
-              f"{r['tokens_per_s']:10,d} {r['mfu'] * 100:5.1f}% {r['peak_mem_gib']:8.1f} {r['final_loss']:7.3f}")  # fmt: skip
+              f"{r['tokens_per_s']:10,d} {_percent(r['mfu']):>6} {r['peak_mem_gib']:8.1f} {r['final_loss']:7.3f}")  # fmt: skip
     by = {r["case"]: r for r in rows}
-    trainer = by.get("trainer lm V=50304")
+    trainer = by.get(TRAINER)
     for ref_name in ("reference (compile)", "reference (eager)"):
         ref = by.get(ref_name)
         if trainer and ref:
             print(f"trainer / {ref_name}: tokens/s {trainer['tokens_per_s'] / ref['tokens_per_s']:.3f}, "
-                  f"MFU {trainer['mfu'] * 100:.1f}% vs {ref['mfu'] * 100:.1f}%")  # fmt: skip
+                  f"MFU {_percent(trainer['mfu'])} vs {_percent(ref['mfu'])}")  # fmt: skip
     p = results.get("trainer_path", {})
     print(f"trainer path: amp={p.get('amp_dtype')} GradScaler enabled={p.get('grad_scaler_enabled')} "
-          f"AdamW fused={p.get('optimizer_fused')} foreach={p.get('optimizer_foreach')} "
-          f"decay on all params={p.get('weight_decay_on_all_params')} compiled={p.get('compiled')} "
-          f"tf32={results['env']['tf32_default']}")  # fmt: skip
+          f"AdamW fused={p.get('optimizer_fused')} groups (params, decay)={p.get('param_groups')} betas={p.get('betas')} "
+          f"compiled={p.get('compiled')} tf32={p.get('tf32')} vocab={p.get('vocab')}->{p.get('padded_vocab')}")  # fmt: skip
+
+
+def _percent(fraction: float | None) -> str:
+    return "n/a" if fraction is None else f"{fraction:.1%}"
+
+
+def _tflops(flops_per_s: float | None) -> str:
+    return "unknown (not in trainer/flops.py)" if flops_per_s is None else f"{flops_per_s / 1e12:.0f} TFLOP/s"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=16, help="micro-batch (sequences of 1024) for every case")
-    parser.add_argument("--vocab", type=int, default=50304, help="GPT-2's 50257 padded to a multiple of 64, as nanoGPT")
+    parser.add_argument("--vocab", type=int, default=50257, help="GPT-2's; the model pads it to a multiple of 64 (50304)")
     parser.add_argument("--warmup", type=int, default=10, help="steps per case before timing")
     parser.add_argument("--steps", type=int, default=20, help="steps per timed window")
     parser.add_argument("--windows", type=int, default=3, help="timed windows per case, interleaved")

@@ -51,9 +51,12 @@ def background_group(d: Dist) -> dist.ProcessGroup:
     return dist.new_group(backend="gloo", timeout=d.timeout)
 
 
-def sum_across(d: Dist, values: list[float]) -> list[float]:
-    """One small all-reduce carrying several numbers (losses, counts, the stop flag) at once."""
-    tensor = torch.tensor(values, dtype=torch.float64, device=d.device)
+def sum_across(d: Dist, values: list[float | torch.Tensor]) -> list[float]:
+    """One small all-reduce carrying several numbers (losses, counts, the stop flag) at once.
+
+    Values already on the device stay there until the sum is read: the one host sync of the call.
+    """
+    tensor = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=d.device) for v in values])
     dist.all_reduce(tensor)
     return tensor.tolist()
 

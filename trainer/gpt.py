@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainer.flops import transformer_flops_per_token
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -17,6 +19,13 @@ class GPTConfig:
     n_head: int = 4
     d_model: int = 256
     dropout: float = 0.0
+    # Embedding and head rows are rounded up to this multiple, for matmul shapes the GPU's kernels like.
+    # 1 (no padding) is what a card written before padding existed means.
+    vocab_multiple: int = 1
+
+    @property
+    def padded_vocab(self) -> int:
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
 
 
 class SelfAttention(nn.Module):
@@ -56,20 +65,27 @@ class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
-        self.tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.tokens = nn.Embedding(cfg.padded_vocab, cfg.d_model)
         self.positions = nn.Embedding(cfg.seq_len, cfg.d_model)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head = nn.Linear(cfg.d_model, cfg.padded_vocab, bias=False)
         self.head.weight = self.tokens.weight  # tied, as in GPT-2
         self.apply(_init_weights)
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token at the full sequence length (nanoGPT's estimate_mfu), padding rows included:
+        the head computes them."""
+        params = sum(p.numel() for p in self.parameters()) - self.positions.weight.numel()
+        return transformer_flops_per_token(params, self.cfg.n_layer, self.cfg.d_model, self.cfg.seq_len)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(ids.shape[1], device=ids.device)
         x = self.tokens(ids) + self.positions(positions)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        # The padding ids' logits are cut off: no loss, sample or softmax ever sees them.
+        return self.head(self.ln_f(x))[..., : self.cfg.vocab_size]
 
 
 def _init_weights(module: nn.Module) -> None:

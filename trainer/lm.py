@@ -13,10 +13,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from trainer import hugging_face, lm_corpus
+from trainer import flops, hugging_face, lm_corpus
 from trainer.gpt import GPT, GPTConfig
 from trainer.lm_data import TokenBlocks
 from trainer.task import Task, save_state_dict
+
+VOCAB_MULTIPLE = 64  # the GPT's embedding and head rows: a shape the GPU's matmul kernels run at full speed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,10 +36,11 @@ def make_task(args: argparse.Namespace) -> Task:
     model_source = hugging_face.model_of(args)
     if model_source is not None:
         return _hugging_face_task(args, model_source, tokenizer.tokenizer, train_set, val_set)
-    cfg = GPTConfig(tokenizer.vocab_size, args.seq_len, args.n_layer, args.n_head, args.d_model, args.dropout)
+    cfg = GPTConfig(tokenizer.vocab_size, args.seq_len, args.n_layer, args.n_head, args.d_model, args.dropout, VOCAB_MULTIPLE)
     # the card names the tokenizer: a model's token ids mean nothing without it
     card = {"tokenizer": tokenizer.identity}
-    return Task(GPT(cfg), train_set, val_set, _next_token_loss, "tokens", save_state_dict, card)
+    model = GPT(cfg)
+    return Task(model, train_set, val_set, _next_token_loss, "tokens", save_state_dict, card, model.flops_per_token())
 
 
 def _next_token_loss(model, blocks):
@@ -60,4 +63,14 @@ def _hugging_face_task(args: argparse.Namespace, source, tokenizer, train_set, v
         model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
 
-    return Task(model, train_set, val_set, loss, "tokens", save)
+    return Task(model, train_set, val_set, loss, "tokens", save, flops_per_unit=_hugging_face_flops(model, args.seq_len))
+
+
+def _hugging_face_flops(model, seq_len: int) -> float | None:
+    """The transformer estimate from the config's names most causal LMs share; None for one without them.
+    Counts every parameter (a learned position table too: a slight overestimate)."""
+    layers, width = (getattr(model.config, name, None) for name in ("num_hidden_layers", "hidden_size"))
+    if layers is None or width is None:
+        return None
+    params = sum(p.numel() for p in model.parameters())
+    return flops.transformer_flops_per_token(params, layers, width, seq_len)

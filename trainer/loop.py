@@ -1,9 +1,11 @@
 """The training loop: DDP over a Task, with validation, outputs, checkpoints, resume and stop.
 
-Every rank runs the same sequence of collectives: per optimizer step one small all-reduce
-(loss, units, stop flag, checkpoint-time flag); validation sums losses. Checkpoints are written
-by every rank in the background, with collectives on a group of their own (sharded_checkpoint).
-Decisions (checkpoint now, stop now) follow from values every rank has, so no rank waits alone.
+Every rank runs the same sequence of collectives: beyond DDP's own, one small all-reduce (losses,
+units, stop flag, checkpoint-time flag) per log interval, at a checkpoint and at an epoch's end, the
+only times the host waits for the device; validation sums losses. Checkpoints are written by every
+rank in the background, with collectives on a group of their own (sharded_checkpoint). Decisions
+(checkpoint now, stop now) follow from values every rank has, so no rank waits alone. A SIGTERM, and
+a checkpoint by time, are answered at the next of those syncs: within --log-every steps.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Subset
 
-from trainer import sharded_checkpoint
+from trainer import flops, sharded_checkpoint, throughput
 from trainer.checkpoint import CheckpointStore, UnreadableFormat
 from trainer.distributed import Dist, background_group, main_decides, sum_across
 from trainer.load import params_sum, write_card
+from trainer.optimizer import make_adamw
 from trainer.outputs import RunDir, write_json
 from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest
@@ -41,7 +43,8 @@ class TrainConfig:
     lr: float
     seed: int
     grad_accum: int = 1
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # on the 2-D weights of matmuls only (trainer/optimizer.py)
+    betas: tuple[float, float] = (0.9, 0.999)
     warmup_steps: int = 0
     min_lr_ratio: float = 0.1
     grad_clip: float = 0.0
@@ -51,6 +54,9 @@ class TrainConfig:
     log_every: int = 10
     workers: int = 0
     amp: bool = True
+    compile: bool | None = None  # torch.compile the model; None: on CUDA only
+    tf32: bool = True  # on CUDA
+    grad_compression: str = "none"  # a key of throughput.GRAD_COMPRESSION
 
 
 @dataclass
@@ -80,8 +86,13 @@ class Trainer:
         self.task, self.d, self.cfg, self.run, self.stop, self.run_name = task, d, cfg, run, stop, run_name
         self.trackers: Trackers = NO_TRACKERS  # rank 0's own, set once resume() has found the step the run goes on from
         self.model = task.model.to(d.device)
-        self.ddp = DistributedDataParallel(self.model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        if cfg.tf32:
+            throughput.use_tf32(d.device)
+        self.ddp = throughput.wrap_ddp(self.model, d.device, cfg.grad_compression)
+        compiling = cfg.compile if cfg.compile is not None else d.device.type == "cuda"
+        self.step_model = throughput.maybe_compile(self.ddp, compiling)  # what the training step calls
+        self.peak_flops = flops.peak_flops(d.device)
+        self.optimizer = make_adamw(self.model, cfg.lr, cfg.weight_decay, cfg.betas, d.device)
         self.sampler = EpochSampler(len(task.train_set), d.world_size, d.rank, cfg.seed, cfg.batch * cfg.grad_accum)
         pin = d.device.type == "cuda"
         # Starting an iterator draws a seed for the loader's workers: from a generator of the loaders' own, not
@@ -237,57 +248,60 @@ class Trainer:
         self.sampler.set_epoch(p.epoch, start=p.samples_in_epoch)
         steps_in_epoch = self._steps_in_epoch()
         batches = iter(self.loader)
-        tick = time.perf_counter()
+        window = _Window(self.d.device)
         while p.step_in_epoch < steps_in_epoch:
             lr = cfg.lr * self._lr_factor()
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            loss_sum, units = self._step(batches)
-            loss_sum, units, stop, time_is_up = sum_across(
-                self.d, [loss_sum, units, float(self.stop.requested), float(self._checkpoint_time_is_up())]
-            )
+            self._step(batches, window)
             p.step_in_epoch += 1
             p.global_step += 1
             p.samples_in_epoch += self.sampler.world_step
             p.samples_seen += self.sampler.world_step
+            last = p.step_in_epoch == steps_in_epoch
+            checkpoint_now = cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0 and not last
+            if not (p.step_in_epoch % cfg.log_every == 0 or last or checkpoint_now):
+                continue  # the figures stay on the device: no host sync, no collective
+            loss_sum, units, stop, time_is_up = sum_across(
+                self.d, [window.loss_sum, window.units, float(self.stop.requested), float(self._checkpoint_time_is_up())]
+            )
+            seconds = time.perf_counter() - window.started  # after the sync: the device's time, not the host's
             p.epoch_loss_sum += loss_sum
             p.epoch_units += units
-            now = time.perf_counter()
-            if p.step_in_epoch % cfg.log_every == 0 or p.step_in_epoch == steps_in_epoch:
-                rate = units / (now - tick)
-                self.log(f"[TRAIN] epoch={p.epoch + 1}/{cfg.epochs} step={p.step_in_epoch}/{steps_in_epoch} "
-                         f"global_step={p.global_step} samples={p.samples_seen} loss={loss_sum / units:.4f} lr={lr:.6e} "
-                         f"{self.task.unit}/s={rate:.0f} per_process={rate / self.d.world_size:.0f}")  # fmt: skip
+            rate = units / seconds
+            mfu = flops.mfu(self.task.flops_per_unit, rate / self.d.world_size, self.peak_flops)
+            self.log(f"[TRAIN] epoch={p.epoch + 1}/{cfg.epochs} step={p.step_in_epoch}/{steps_in_epoch} "
+                     f"global_step={p.global_step} samples={p.samples_seen} loss={loss_sum / units:.4f} lr={lr:.6e} "
+                     f"{self.task.unit}/s={rate:.0f} per_process={rate / self.d.world_size:.0f} "
+                     f"step_ms={seconds / window.steps * 1e3:.1f} mfu={'n/a' if mfu is None else f'{mfu:.1%}'}")  # fmt: skip
             if stop:
                 self.save_checkpoint("sigterm")
                 self.checkpointer.close()  # exit only with the checkpoint on disk
                 raise Stopped(f"stopped by SIGTERM at epoch {p.epoch + 1} step {p.step_in_epoch}, global step {p.global_step}")
-            if p.step_in_epoch < steps_in_epoch:  # the epoch's last step is saved by the epoch end
-                if cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0:
-                    self.save_checkpoint("periodic")
-                elif time_is_up:
-                    self.save_checkpoint("time")
-            tick = time.perf_counter()
+            if checkpoint_now:
+                self.save_checkpoint("periodic")  # the epoch's last step is saved by the epoch end
+            elif time_is_up and not last:
+                self.save_checkpoint("time")
+            window = _Window(self.d.device)
 
-    def _step(self, batches) -> tuple[torch.Tensor, int]:
-        """One optimizer step over grad_accum micro-batches; gradients are all-reduced once, on the last."""
-        loss_sum = torch.zeros((), device=self.d.device)
-        units = 0
-        for micro in range(self.cfg.grad_accum):
+    def _step(self, batches, window: _Window) -> None:
+        """One optimizer step over grad_accum micro-batches; gradients are all-reduced once, on the last.
+        Its losses are added to `window`, on the device."""
+        accum = self.cfg.grad_accum
+        for micro in range(accum):
             batch = to_device(next(batches), self.d.device)
-            sync = micro == self.cfg.grad_accum - 1
+            sync = micro == accum - 1
             with nullcontext() if sync else self.ddp.no_sync(), self._autocast():
-                loss, n = self.task.loss(self.ddp, batch)
-            self.scaler.scale(loss / self.cfg.grad_accum).backward()
-            loss_sum += loss.detach().float() * n
-            units += n
+                loss, n = self.task.loss(self.step_model, batch)
+            self.scaler.scale(loss / accum if accum > 1 else loss).backward()
+            window.add(loss, n)
         if self.cfg.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss_sum, units
+        window.steps += 1
 
     def _end_epoch(self, seconds: float, units: float) -> dict[str, Any]:
         p = self.progress
@@ -341,6 +355,21 @@ class Trainer:
         if self.d.is_main:
             print(line, flush=True)
             self.trackers.log_line(line)  # the figures of [TRAIN] lines
+
+
+class _Window:
+    """This rank's figures since the last sync: the loss summed on the device, read only at the sync."""
+
+    def __init__(self, device: torch.device):
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        self.units = 0
+        self.steps = 0
+        self.started = time.perf_counter()
+
+    def add(self, loss: torch.Tensor, units: int) -> None:
+        """One micro-batch's mean loss over its `units`: a single kernel, no host sync."""
+        self.loss_sum.add_(loss.detach(), alpha=units)
+        self.units += units
 
 
 def _amp_dtype(device: torch.device) -> torch.dtype | None:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from trainer.flops import dense_flops_per_sample
 from trainer.task import Task, save_state_dict
 
 
@@ -53,6 +54,7 @@ def make_task(args: argparse.Namespace) -> Task:
         loss=_loss,
         unit="samples",
         save=save_state_dict,
+        flops_per_unit=dense_flops_per_sample(model),
     )
 
 

@@ -23,6 +23,8 @@ class Task:
     # Written beside each saved model with its architecture (trainer.load): what else its user needs to
     # know, such as the task that trained it and the tokenizer its token ids belong to.
     card: dict[str, Any] = field(default_factory=dict)
+    # Training FLOPs (forward and backward) per unit, for MFU (trainer/flops.py); None: not known, no MFU.
+    flops_per_unit: float | None = None
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

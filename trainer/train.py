@@ -22,6 +22,7 @@ from trainer import distributed, lm, smoke, tracking
 from trainer.loop import Stopped, TrainConfig, Trainer
 from trainer.outputs import RunDir
 from trainer.stop import EXIT_STOPPED, StopRequest
+from trainer.throughput import GRAD_COMPRESSION
 
 TASKS = {"smoke": smoke, "lm": lm}
 
@@ -29,7 +30,7 @@ TASKS = {"smoke": smoke, "lm": lm}
 # Per-task defaults of the common flags: the smoke test keeps seed 001's, the LM gets LM-like ones.
 TASK_DEFAULTS = {
     "smoke": dict(batch=256, lr=3e-3, grad_clip=0.0, warmup_steps=0, weight_decay=0.0),
-    "lm": dict(batch=16, lr=3e-4, grad_clip=1.0, warmup_steps=20, weight_decay=0.1),
+    "lm": dict(batch=16, lr=3e-4, grad_clip=1.0, warmup_steps=20, weight_decay=0.1, adam_betas=(0.9, 0.95)),
 }
 
 
@@ -46,7 +47,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lr", type=float)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
-    parser.add_argument("--weight-decay", type=float)
+    parser.add_argument("--weight-decay", type=float, help="AdamW's, on the 2-D weights of matmuls only")
+    parser.add_argument("--adam-betas", type=float, nargs=2, default=(0.9, 0.999), metavar=("BETA1", "BETA2"),
+                        help="AdamW's betas; the lm task's default is (0.9, 0.95)")  # fmt: skip
     parser.add_argument("--warmup-steps", type=int)
     parser.add_argument("--grad-clip", type=float, help="0: no clipping")
     parser.add_argument("--out-dir", type=Path, default=Path(os.environ.get(c.OUT_DIR.name) or c.OUT_MOUNT))
@@ -59,6 +62,11 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes (they use /dev/shm)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--no-amp", action="store_true", help="train in fp32 on GPU too")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction,
+                        help="torch.compile the model (default: on CUDA only; the first steps then compile)")  # fmt: skip
+    parser.add_argument("--no-tf32", action="store_true", help="full fp32 matmuls on GPU instead of TF32")
+    parser.add_argument("--grad-compression", choices=tuple(GRAD_COMPRESSION), default="none",
+                        help="bf16: all-reduce gradients in bf16, half the bytes on the network (default none)")  # fmt: skip
     parser.add_argument("--pg-timeout", type=float, default=1800, help="seconds a collective may wait for a peer")
 
 
@@ -76,10 +84,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def config_of(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(
         epochs=args.epochs, batch=args.batch, lr=args.lr, seed=args.seed, grad_accum=args.grad_accum,
-        weight_decay=args.weight_decay, warmup_steps=args.warmup_steps, grad_clip=args.grad_clip,
+        weight_decay=args.weight_decay, betas=tuple(args.adam_betas), warmup_steps=args.warmup_steps, grad_clip=args.grad_clip,
         checkpoint_every=args.checkpoint_every, checkpoint_every_seconds=args.checkpoint_every_seconds,
         keep_checkpoints=args.keep_checkpoints,
-        log_every=args.log_every, workers=args.workers, amp=not args.no_amp,
+        log_every=args.log_every, workers=args.workers, amp=not args.no_amp, compile=args.compile,
+        tf32=not args.no_tf32, grad_compression=args.grad_compression,
     )  # fmt: skip
 
 

@@ -312,4 +312,6 @@ def test_a_tokenizer_alone_gives_the_small_gpt_its_vocabulary(workspace, model_d
     assert text.count("[DATA]") == 2 and "[NETWORK]" not in text
     vocab_size = len(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
     state = torch.load(tmp_path / "local" / "epoch-1" / "model.pt")
-    assert state["tokens.weight"].shape[0] == vocab_size != 257
+    card = json.loads((tmp_path / "local" / "epoch-1" / "model.json").read_text())
+    assert card["config"]["vocab_size"] == vocab_size != 257
+    assert state["tokens.weight"].shape[0] == -(-vocab_size // 64) * 64, "embedding rows padded to a multiple of 64"

@@ -41,7 +41,8 @@ def test_a_language_model_loads_with_its_config_and_gives_the_trained_outputs(tm
     run = tmp_path / "lm"
     card = json.loads((run / "epoch-2" / "model.json").read_text())
     assert (card["architecture"], card["task"], card["tokenizer"]) == ("gpt", "lm", "bytes+eos-256")
-    assert card["config"] == {"vocab_size": 257, "seq_len": 16, "n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.1}
+    assert card["config"] == {"vocab_size": 257, "seq_len": 16, "n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.1,
+                              "vocab_multiple": 64}  # fmt: skip
 
     # The command, no flags: what it loaded is the model the run ended with.
     text = in_a_fresh_process(tmp_path, "load-cli", ["-m", "trainer.load", str(run / "epoch-2")])
@@ -59,7 +60,7 @@ def test_a_language_model_loads_with_its_config_and_gives_the_trained_outputs(tm
     for directory in ("epoch-2", "best"):
         outputs = tmp_path / f"outputs-{directory}.pt"
         in_a_fresh_process(tmp_path, f"load-{directory}", ["-c", script, str(run / directory), str(outputs)])
-        trained = GPT(GPTConfig(vocab_size=257, seq_len=16, n_layer=1, n_head=2, d_model=32, dropout=0.1))
+        trained = GPT(GPTConfig(vocab_size=257, seq_len=16, n_layer=1, n_head=2, d_model=32, dropout=0.1, vocab_multiple=64))
         trained.load_state_dict(torch.load(run / directory / "model.pt", weights_only=True))
         expected = trained.eval()(torch.arange(32).reshape(2, 16) * 7 % 257)
         assert torch.equal(torch.load(outputs, weights_only=True), expected.detach())

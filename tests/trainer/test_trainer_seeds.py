@@ -15,7 +15,8 @@ from trainer.stop import EXIT_STOPPED
 PROBE = str(Path(__file__).with_name("dropout_probe.py"))
 ARGS = ["probe", "--epochs", "2", "--samples", "256", "--batch", "16", "--seed", "5", "--checkpoint-every", "0",
         "--log-every", "4", "--device", "cpu", "--pg-timeout", "60", "--run-name", "probe"]  # fmt: skip
-SIGTERM_AT = 5  # mid-epoch 1 (8 steps an epoch: 256 samples, 2 ranks x 16)
+SIGTERM_AT = 3  # mid-epoch 1 (8 steps an epoch: 256 samples, 2 ranks x 16)
+STOPPED_AT = 4  # the ranks agree on a stop where they sync their figures: every --log-every steps
 
 
 def run_world_of_two(spawn, directory: Path, name: str, **extra: str) -> list:
@@ -49,12 +50,12 @@ def test_ranks_start_identical_then_draw_their_own_dropout_and_resume_exactly(sp
     assert len(drawn[0]) == len(drawn[1]) == 16
     assert all(mine != theirs for mine, theirs in zip(*drawn)), "each rank drops units of its own at every step"
 
-    # Stopped by SIGTERM in step 5, then started again: each rank's masks go on as if never stopped.
+    # SIGTERM in step 3, a stop at step 4, then started again: each rank's masks go on as if never stopped.
     broken = tmp_path / "broken"
     procs = run_world_of_two(spawn, broken, "stopped", PROBE_SIGTERM_AT=str(SIGTERM_AT))
     assert [proc.wait(120) for proc in procs] == [EXIT_STOPPED, EXIT_STOPPED], procs[0].text()[-4000:]
     procs = run_world_of_two(spawn, broken, "resumed")
     assert [proc.wait(120) for proc in procs] == [0, 0], procs[0].text()[-4000:] + procs[1].text()[-4000:]
-    assert f"[CKPT] resumed from ckpt-{SIGTERM_AT:08d}:" in procs[0].text()
+    assert f"[CKPT] resumed from ckpt-{STOPPED_AT:08d}:" in procs[0].text()
     assert [masks(broken, rank) for rank in (0, 1)] == drawn
     assert [same_result(line) for proc in procs for line in done_lines(proc.text())] == expected

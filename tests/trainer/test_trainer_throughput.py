@@ -1,0 +1,150 @@
+"""The throughput path's parts, in this process: parameter groups, vocabulary padding, FLOPs and MFU,
+and the number of collectives a training epoch runs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from trainer import distributed, flops, optimizer, smoke, train
+from trainer.gpt import GPT, GPTConfig
+from trainer.loop import Trainer
+from trainer.outputs import RunDir
+from trainer.stop import StopRequest
+
+TINY = GPTConfig(vocab_size=257, seq_len=16, n_layer=2, n_head=2, d_model=32, vocab_multiple=64)
+
+
+def names_of(model: torch.nn.Module, params) -> set[str]:
+    ids = {id(p) for p in params}
+    return {name for name, p in model.named_parameters() if id(p) in ids}
+
+
+def test_decay_falls_on_2d_weights_only_never_on_biases_norms_or_embeddings():
+    model = GPT(TINY)
+    decay, no_decay = optimizer.parameter_groups(model, weight_decay=0.1)
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    decayed, kept = names_of(model, decay["params"]), names_of(model, no_decay["params"])
+    per_block = {"attn.qkv.weight", "attn.proj.weight", "mlp.0.weight", "mlp.2.weight"}
+    assert decayed == {f"blocks.{i}.{name}" for i in range(TINY.n_layer) for name in per_block}
+    # the head shares the token embedding's tensor: an embedding, so no decay, and listed once
+    assert {"tokens.weight", "positions.weight", "ln_f.weight", "ln_f.bias", "blocks.0.attn.qkv.bias"} <= kept
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    assert not decayed & kept
+
+
+def test_adamw_is_fused_on_cuda_only_and_takes_the_betas_given():
+    assert optimizer.adamw_options(torch.device("cuda", 0)) == {"fused": True}
+    assert optimizer.adamw_options(torch.device("cpu")) == {}
+    made = optimizer.make_adamw(GPT(TINY), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), device=torch.device("cpu"))
+    assert [g["weight_decay"] for g in made.param_groups] == [0.1, 0.0]
+    assert all(g["betas"] == (0.9, 0.95) for g in made.param_groups)
+
+
+def test_the_lm_task_takes_the_usual_lm_betas_and_the_smoke_task_keeps_torchs():
+    assert train.config_of(train.parse_args(["lm"])).betas == (0.9, 0.95)
+    assert train.config_of(train.parse_args(["smoke"])).betas == (0.9, 0.999)
+    assert train.config_of(train.parse_args(["smoke", "--adam-betas", "0.8", "0.9"])).betas == (0.8, 0.9)
+
+
+def test_the_vocabulary_is_padded_to_a_multiple_of_64_and_the_padding_never_predicted():
+    model = GPT(TINY)
+    assert model.tokens.weight.shape[0] == 320 and model.head.weight.shape[0] == 320
+    ids = torch.randint(257, (3, TINY.seq_len), generator=torch.Generator().manual_seed(0))
+    logits = model(ids)
+    assert logits.shape[-1] == 257, "only real ids get logits, so no target or sample can be a padding id"
+
+    unpadded = GPT(GPTConfig(257, TINY.seq_len, TINY.n_layer, TINY.n_head, TINY.d_model))
+    state = model.state_dict()
+    state["tokens.weight"] = state["tokens.weight"][:257]
+    state["head.weight"] = state["head.weight"][:257]
+    unpadded.load_state_dict(state)
+    targets = torch.randint(257, (3, TINY.seq_len), generator=torch.Generator().manual_seed(1))
+    padded_loss = F.cross_entropy(logits.reshape(-1, 257), targets.reshape(-1))
+    plain_loss = F.cross_entropy(unpadded(ids).reshape(-1, 257), targets.reshape(-1))
+    assert torch.allclose(padded_loss, plain_loss, atol=1e-6)
+
+
+def test_a_card_written_before_padding_still_builds_its_model():
+    old = {"vocab_size": 257, "seq_len": 16, "n_layer": 1, "n_head": 2, "d_model": 32, "dropout": 0.0}
+    assert GPT(GPTConfig(**old)).tokens.weight.shape[0] == 257
+def test_gpt2_small_flops_per_token_and_mfu_match_the_hand_count():
+    gpt2 = GPT(GPTConfig(vocab_size=50257, seq_len=1024, n_layer=12, n_head=12, d_model=768, vocab_multiple=64))
+    # N without the position table: 50304 x 768 (tied head) + 12 x (12 x 768^2 + 13 x 768) + 2 x 768 (ln_f)
+    n = 50304 * 768 + 12 * (12 * 768**2 + 13 * 768) + 2 * 768
+    assert n == 123_689_472
+    attention = 12 * 12 * 12 * 64 * 1024  # 12 * L * H * Q * T
+    assert gpt2.flops_per_token() == 6 * n + attention == 855_383_040
+    # 400k tokens/s on one H100 SXM (989 TFLOP/s bf16): 34.6%
+    assert flops.mfu(gpt2.flops_per_token(), 400_000, flops.peak_flops_of("NVIDIA H100 80GB HBM3")) == pytest.approx(0.34596, abs=1e-5)
+
+
+@pytest.mark.parametrize("name, peak", [
+    ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12),
+    ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA A10", 125e12), ("NVIDIA L4", 121e12), ("NVIDIA L40S", 362e12),
+    ("Tesla T4", 65e12), ("Tesla V100-SXM2-16GB", 125e12), ("NVIDIA GeForce RTX 4090", None),
+])  # fmt: skip
+def test_peak_flops_by_gpu_name(name, peak):
+    assert flops.peak_flops_of(name) == peak
+
+
+def test_no_mfu_without_a_peak_or_a_flop_count():
+    assert flops.peak_flops(torch.device("cpu")) is None
+    assert flops.mfu(1e9, 1e3, None) is None and flops.mfu(None, 1e3, 1e12) is None
+
+
+def test_compile_is_on_for_cuda_by_default_and_either_way_on_request():
+    assert train.config_of(train.parse_args(["smoke"])).compile is None  # the trainer: on CUDA only
+    assert train.config_of(train.parse_args(["smoke", "--compile"])).compile is True
+    assert train.config_of(train.parse_args(["smoke", "--no-compile"])).compile is False
+
+
+def test_grad_compression_takes_none_or_bf16(capsys):
+    assert train.config_of(train.parse_args(["smoke"])).grad_compression == "none"
+    assert train.config_of(train.parse_args(["smoke", "--grad-compression", "bf16"])).grad_compression == "bf16"
+    with pytest.raises(SystemExit):
+        train.parse_args(["smoke", "--grad-compression", "fp8"])
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert all(word in error for word in ("--grad-compression", "fp8", "none", "bf16")), error
+
+
+@pytest.fixture
+def world_of_one():
+    """This process as a world of one (gloo, in-memory store), as `python -m trainer.train` runs it."""
+    d = distributed.init("cpu", 60)
+    yield d
+    dist.destroy_process_group()
+
+
+def smoke_trainer(d, tmp_path, log_every: int) -> Trainer:
+    args = train.parse_args(["smoke", "--samples", "512", "--batch", "32", "--features", "8", "--hidden", "16",
+                             "--checkpoint-every", "0", "--log-every", str(log_every), "--device", "cpu"])  # fmt: skip
+    torch.manual_seed(args.seed)
+    return Trainer(smoke.make_task(args), d, train.config_of(args), RunDir(tmp_path / "run"), StopRequest(), "run")
+
+
+def test_an_epoch_reads_the_devices_figures_once_per_log_interval(world_of_one, tmp_path, monkeypatch):
+    trainer = smoke_trainer(world_of_one, tmp_path, log_every=4)  # 16 steps an epoch
+    collectives, reads = [], []
+    all_reduce, tolist, item = dist.all_reduce, torch.Tensor.tolist, torch.Tensor.item
+
+    def read_by_the_trainer(tensor, read):
+        caller = sys._getframe(2).f_code.co_filename  # torch's own reads (AdamW's step count) are host values
+        if f"{os.sep}trainer{os.sep}" in caller:
+            reads.append(Path(caller).name)
+        return read(tensor)
+
+    monkeypatch.setattr(dist, "all_reduce", lambda *a, **k: collectives.append(1) or all_reduce(*a, **k))
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: read_by_the_trainer(t, tolist))
+    monkeypatch.setattr(torch.Tensor, "item", lambda t: read_by_the_trainer(t, item))
+    trainer._train_epoch()
+    assert trainer.progress.step_in_epoch == 16
+    assert len(collectives) == 4, "one all-reduce per 4 steps beyond DDP's own"
+    # one read per sync, and the sampler's list of the epoch's sample indices
+    assert sorted(reads) == ["distributed.py"] * 4 + ["sampler.py"], reads

@@ -1,0 +1,53 @@
+"""The throughput path in real training processes on the CPU: bf16 gradient compression over gloo in a
+world of two, torch.compile, and the [TRAIN] line's figures."""
+
+from __future__ import annotations
+
+import pytest
+from trainer_testing import PYTHON, clean_env, done_lines, run_to_end, same_result, uninterrupted_result
+
+SMALL = ["-m", "trainer.train", "smoke", "--epochs", "1", "--samples", "1024", "--batch", "64", "--features", "16",
+         "--hidden", "32", "--classes", "3", "--lr", "1e-2", "--seed", "3", "--log-every", "4", "--pg-timeout", "60"]  # fmt: skip
+
+
+def train_lines(text: str) -> list[dict[str, str]]:
+    return [dict(f.split("=", 1) for f in line.split()[1:]) for line in text.splitlines() if line.startswith("[TRAIN]")]
+
+
+@pytest.mark.timeout(300)
+def test_bf16_gradient_compression_trains_a_world_of_two_on_gloo(tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "bf16").mkdir()
+    plain = uninterrupted_result(SMALL, tmp_path / "plain")
+    compressed = uninterrupted_result([*SMALL, "--grad-compression", "bf16"], tmp_path / "bf16")  # ranks end identical
+    assert compressed["steps"] == plain["steps"] == "8"
+    assert compressed["params_sum"] != plain["params_sum"], "the gradients went through bf16"
+    assert float(compressed["val_loss"]) == pytest.approx(float(plain["val_loss"]), rel=0.05)
+
+
+@pytest.mark.timeout(240)
+def test_train_lines_carry_step_time_and_say_mfu_is_unknown_on_the_cpu(tmp_path):
+    command = [PYTHON, *SMALL, "--out-dir", str(tmp_path), "--run-name", "lines", "--device", "cpu"]
+    code, text = run_to_end(command, clean_env(), tmp_path / "lines.log", timeout=120)
+    assert code == 0, text[-4000:]
+    lines = train_lines(text)
+    assert [line["step"] for line in lines] == ["4/16", "8/16", "12/16", "16/16"]
+    for line in lines:
+        assert float(line["step_ms"]) > 0 and float(line["samples/s"]) > 0
+        assert line["mfu"] == "n/a", "the CPU has no peak in the table"
+        assert list(line)[-2:] == ["step_ms", "mfu"], "new fields go at the end"
+
+
+# torch.compile on the CPU generates and builds C++ with gcc: about 40 s for the first graph on the
+# 2-core machine (less once the inductor cache in /tmp is warm), so one small epoch only.
+@pytest.mark.timeout(400)
+def test_a_compiled_model_trains_and_ends_near_the_eager_result(tmp_path):
+    results = {}
+    for mode in ("--no-compile", "--compile"):
+        command = [PYTHON, *SMALL, "--out-dir", str(tmp_path), "--run-name", mode[2:], "--device", "cpu", mode]
+        code, text = run_to_end(command, clean_env(), tmp_path / f"{mode[2:]}.log", timeout=360)
+        assert code == 0, text[-4000:]
+        (results[mode],) = done_lines(text)
+    eager, compiled = same_result(results["--no-compile"]), same_result(results["--compile"])
+    assert compiled["steps"] == eager["steps"]
+    assert float(compiled["val_loss"]) == pytest.approx(float(eager["val_loss"]), rel=1e-3)
