@@ -847,6 +847,8 @@ def load(config: Optional[pulumi.Config] = None) -> StackConfig:
         stored = config.get(key)
         if stored is None:
             continue
+        if key in unknown and pulumi.runtime.is_config_secret(config.full_key(key)):
+            stored = _NOT_SHOWN  # an unknown key is reported with its value, and this one is a secret
         try:
             raw[key] = _decode(stored)
         except json.JSONDecodeError as error:

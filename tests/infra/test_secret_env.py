@@ -127,3 +127,13 @@ def test_no_secret_env_no_secret():
     evaluation = harness.evaluate(harness.stack_file_config("dev"))
     assert evaluation.error is None
     assert not evaluation.of_type(SECRET)
+
+
+@pulumi.runtime.test
+def test_a_secret_set_without_path_is_an_unknown_key_shown_without_its_value():
+    """`pulumi config set --secret secretEnv.X v` (no --path) stores a key named `secretEnv.X`."""
+    values = {**harness.stack_file_config("dev"), "secretEnv.MLFLOW_TRACKING_TOKEN": "s3cr3t-value"}
+    evaluation = evaluate(values, secret_keys=("secretEnv.MLFLOW_TRACKING_TOKEN",))
+    (problem,) = evaluation.error.problems
+    assert problem.key == 'ddp-infra:["secretEnv.MLFLOW_TRACKING_TOKEN"]' and "a known key" in problem.allowed
+    assert "s3cr3t-value" not in str(evaluation.error)
