@@ -25,6 +25,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    InstanceOf,
     TypeAdapter,
     ValidationError,
     WithJsonSchema,
@@ -127,9 +128,9 @@ EnvName = Annotated[
 Duration = Annotated[
     str, AfterValidator(_pattern(r"[1-9]\d*(s|m|h)", "a Pulumi duration such as 600s, 30m or 2h"))
 ]
-# The token itself never enters the model as text: it is the Output `Config.get_secret` returns.
+# A secret (the token, a secretEnv value) never enters the model as text: it is a secret Output.
 SecretString = Annotated[
-    pulumi.Output,
+    InstanceOf[pulumi.Output],
     WithJsonSchema({"type": "string", "format": "secret"}),
 ]
 
@@ -602,6 +603,9 @@ class StackConfig(_Model):
     labels: dict[LabelKey, LabelValue] = Field({}, description="Extra labels on the workload's objects and pods (claims keep theirs).")
     annotations: dict[LabelKey, str] = Field({}, description="Extra annotations on the workload's objects and pods (claims keep theirs).")
     env: dict[EnvName, str] = Field({}, description="Extra container env; may use $(NAME) of the contract's variables.")
+    secret_env: dict[EnvName, SecretString] = Field(
+        {}, description="Extra container env from a Secret; set each with `pulumi config set --secret --path 'secretEnv.NAME' ...`."
+    )
     pod: PodConfig = Field(
         PodConfig(), description="The escape hatch: runtime class, extra volumes and mounts, init containers, sidecars, a pod template patch."
     )
@@ -714,6 +718,8 @@ def _field_at(path: list[str | int]) -> Any:
 
 
 _HF_TOKEN_KEY = StackConfig.model_fields["hf_token"].alias
+_SECRET_ENV_KEY = StackConfig.model_fields["secret_env"].alias
+_NOT_SHOWN = "(a secret, not shown)"  # what a problem about a secret says it was given
 # One validator per top-level key, so that each key is judged on its own (see _cross_key_problems).
 _FIELD_ADAPTERS = {
     field.alias: TypeAdapter(Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation)
@@ -773,13 +779,24 @@ def _cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
                     _full_key(["labels", key]), repr(valid["labels"][key]),
                     f"a key outside {RESERVED_LABEL_PREFIX} (the program sets those and selects on them)",
                 ))
+    reserved = {var.name for var in contract.ALL} | set(PROGRAM_ENV)
     if have("env"):
-        reserved = {var.name for var in contract.ALL} | set(PROGRAM_ENV)
         for name in valid["env"]:
             if name in reserved:
                 problems.append(Problem(
                     _full_key(["env", name]), repr(valid["env"][name]),
                     "a name the program does not set (this one comes from the env contract)",
+                ))
+    if have("secretEnv"):
+        for name in valid["secretEnv"]:
+            if name in reserved:
+                problems.append(Problem(
+                    _full_key(["secretEnv", name]), _NOT_SHOWN,
+                    "a name the program does not set (this one comes from the env contract)",
+                ))
+            elif name in valid.get("env", {}):
+                problems.append(Problem(
+                    _full_key(["secretEnv", name]), _NOT_SHOWN, "a name not in env too (a variable has one value)",
                 ))
     return problems
 
@@ -825,14 +842,21 @@ def load(config: Optional[pulumi.Config] = None) -> StackConfig:
     problems: list[Problem] = []
     unknown = sorted(_stored_keys() - set(_FIELD_ADAPTERS) - {_HF_TOKEN_KEY})
     for key in [*_FIELD_ADAPTERS, *unknown]:
+        if key == _SECRET_ENV_KEY:
+            continue  # read apart: its values stay secret
         stored = config.get(key)
         if stored is None:
             continue
+        if key in unknown and pulumi.runtime.is_config_secret(config.full_key(key)):
+            stored = _NOT_SHOWN  # an unknown key is reported with its value, and this one is a secret
         try:
             raw[key] = _decode(stored)
         except json.JSONDecodeError as error:
             problems.append(Problem(_full_key([key]), _shown(stored), f"valid JSON ({error.msg})"))
     hf_token = _read_hf_token(config, problems)
+    secret_env = _read_secret_env(config, problems)
+    if secret_env is not None:
+        raw[_SECRET_ENV_KEY] = secret_env
     try:
         parsed = parse(raw, hf_token)
     except ConfigError as error:
@@ -881,3 +905,37 @@ def _read_hf_token(config: pulumi.Config, problems: list[Problem]) -> Optional[p
         ))
         return None
     return stored
+
+
+def _read_secret_env(config: pulumi.Config, problems: list[Problem]) -> Optional[dict[str, pulumi.Output]]:
+    """Each value as a secret Output, by its name; None when the key is unset or unreadable.
+
+    `pulumi config set --secret --path 'secretEnv.NAME'` stores an object whose leaves are
+    encrypted; the engine hands the object over decrypted, as JSON, and marks the whole key
+    secret. The names are no secret, so the JSON is read raw (`get_secret` would hide the names
+    as well); only the values are wrapped. Which leaves were encrypted is not passed on: a key
+    with no encrypted leaf at all is refused, one plain leaf beside encrypted ones cannot be told.
+    """
+    full_key = config.full_key(_SECRET_ENV_KEY)
+    stored = runtime_config.get_config(full_key)
+    if stored in (None, ""):
+        return None
+    try:
+        decoded = json.loads(stored)
+    except json.JSONDecodeError as error:
+        problems.append(Problem(full_key, _NOT_SHOWN, f"valid JSON ({error.msg})"))
+        return None
+    how = f"`pulumi config set --secret --path '{_SECRET_ENV_KEY}.NAME' <value>`"
+    if not isinstance(decoded, dict):
+        problems.append(Problem(full_key, _NOT_SHOWN, f"an object of env var names to secrets: {how}"))
+        return None
+    if decoded and not pulumi.runtime.is_config_secret(full_key):
+        problems.append(Problem(full_key, "(values stored in plain text, not shown)", f"secrets: {how}"))
+        return None
+    values: dict[str, pulumi.Output] = {}
+    for name, value in decoded.items():
+        if isinstance(value, str):
+            values[name] = pulumi.Output.secret(value)
+        else:  # an encrypted leaf is always a string
+            problems.append(Problem(_full_key([_SECRET_ENV_KEY, name]), _NOT_SHOWN, f"a secret string: {how}"))
+    return values

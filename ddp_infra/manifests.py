@@ -1,5 +1,5 @@
 """The world's other objects, as plain Kubernetes dicts: namespace, claims, rendezvous Service,
-NetworkPolicy, PodDisruptionBudget, ServiceAccount and the token Secret.
+NetworkPolicy, PodDisruptionBudget, ServiceAccount, the token Secret and the secret env's Secret.
 
 Pure functions, no Pulumi. A claim is built from its storage config and the namespace only,
 so nothing about the workload (nodes, image, resources, ...) can ever change a claim.
@@ -134,4 +134,15 @@ def hf_token_secret_manifest(world: World, token: Any) -> dict[str, Any]:
         "metadata": _metadata(world, world.hf_token_secret_name, "hf-token"),
         "type": "Opaque",
         "stringData": {HF_TOKEN_SECRET_KEY: token},
+    }
+
+
+def env_secret_manifest(world: World, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` are secret Outputs by env var name, placed as they are; each name is also its key."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(world, world.env_secret_name, "secret-env"),
+        "type": "Opaque",
+        "stringData": dict(values),
     }

@@ -59,7 +59,7 @@ _OPTIONAL_ENV = frozenset(
 
 def pod_env(config: StackConfig, world: World) -> list[dict[str, Any]]:
     """The trainer container's env: the variables every pod has in the order of `contract.ALL`,
-    HOME, the optional ones (also in that order), then the extra env.
+    HOME, the optional ones (also in that order), the secret env, then the extra env.
 
     Every value comes from `world` or `config`, so NNODES, WORLD_SIZE, MASTER_ADDR and their
     torchrun PET_* mirrors cannot disagree. A mirror of a downward-API variable is written as
@@ -119,12 +119,17 @@ def pod_env(config: StackConfig, world: World) -> list[dict[str, Any]]:
 
     # The provider diffs env lists by index: the variables every pod has come first and the
     # optional ones (token, models, interface) after them, so switching one on appends entries
-    # instead of shifting every later one; the user's env comes last, after what it may reference.
+    # instead of shifting every later one; the user's env comes last, after what it may reference
+    # (a secret env variable too: `$(NAME)` expands in the container, not in the pod spec).
     always = [var for var in contract.ALL if var.name in sources and var.name not in _OPTIONAL_ENV]
     optional = [var for var in contract.ALL if var.name in sources and var.name in _OPTIONAL_ENV]
     env = [{"name": var.name, **sources[var.name]} for var in always]
     env.append({"name": "HOME", "value": TMP_MOUNT})  # the root filesystem is read-only
     env.extend({"name": var.name, **sources[var.name]} for var in optional)
+    env.extend(
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": world.env_secret_name, "key": name}}}
+        for name in config.secret_env
+    )
     env.extend({"name": name, "value": value} for name, value in config.env.items())
     return env
 

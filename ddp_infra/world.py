@@ -87,6 +87,11 @@ class World:
         return f"{self.workload_name}-hf-token" if self.has_hf_token else None
 
     @property
+    def env_secret_name(self) -> str:
+        """The Secret of `secretEnv`'s values (the stack creates it only when there are some)."""
+        return f"{self.workload_name}-env"
+
+    @property
     def network_policy_name(self) -> str:
         return f"{self.workload_name}-world"
 

@@ -16,6 +16,7 @@ from .guardrails import Guardrails, GuardrailsArgs
 from .hf_token import HfTokenSecret, HfTokenSecretArgs
 from .namespace import TrainingNamespace, TrainingNamespaceArgs
 from .rendezvous import Rendezvous, RendezvousArgs
+from .secret_env import SecretEnv, SecretEnvArgs
 from .storage import TrainingStorage, TrainingStorageArgs
 from .trainer import Trainer, TrainerArgs
 
@@ -71,9 +72,15 @@ class DdpTrainingStack(Component):
             if config.hf_token is not None
             else None
         )
+        self.secret_env = (
+            SecretEnv("secret-env", SecretEnvArgs(world=world, values=config.secret_env), opts=inside())
+            if config.secret_env
+            else None
+        )
         self.rendezvous = Rendezvous("rendezvous", RendezvousArgs(world=world), opts=inside())
         self.guardrails = Guardrails("guardrails", GuardrailsArgs(world=world, max_unavailable=config.workload.max_unavailable), opts=inside())
-        pods_need = [self.storage, self.rendezvous, self.guardrails, *([self.hf_token] if self.hf_token else [])]
+        secrets = [secret for secret in (self.hf_token, self.secret_env) if secret]
+        pods_need = [self.storage, self.rendezvous, self.guardrails, *secrets]
         self.trainer = Trainer(world.workload_name, TrainerArgs(config=config, world=world), opts=inside(*pods_need))
 
         context = config.kubernetes.context
