@@ -335,7 +335,7 @@ def jobset_manifest(config: StackConfig, world: World) -> dict[str, Any]:
                 "maxRestarts": config.workload.backoff_limit,
                 "restartStrategy": "BlockingRecreate",
                 # The Job's only pod failure policy that fails it is the bad env's: no restart can fix that.
-                "rules": [{"name": "pod-env-describes-no-world", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],
+                "rules": [{"name": "pod_env_describes_no_world", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],
             },
             "ttlSecondsAfterFinished": config.workload.ttl_seconds_after_finished,
         },

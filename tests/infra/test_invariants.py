@@ -69,7 +69,7 @@ def test_workload_runs_one_pod_per_node(evaluation, stack, nodes, kind):
         # a pod env that describes no world fails the Job by its pod failure policy, and the JobSet for good
         bad_env = {"containerName": "trainer", "operator": "In", "values": [contract.EXIT_BAD_ENV]}
         assert job["podFailurePolicy"]["rules"] == [{"action": "FailJob", "onExitCodes": bad_env}]
-        assert policy["rules"] == [{"name": "pod-env-describes-no-world", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]
+        assert policy["rules"] == [{"name": "pod_env_describes_no_world", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]
         assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": [contract.JOBSET_REPLICATED_JOB]}
         assert spec["ttlSecondsAfterFinished"] > 0
     else:
