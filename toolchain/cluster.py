@@ -225,7 +225,6 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         began = time.monotonic()
-        deadline = began + self.startup_timeout
         self.stop()  # whatever a crashed earlier run left
         binaries = {c: find_tool(c, self.bin_dir) for c in (*COMPONENTS, *(ADDONS[a] for a in self.addons))}
         images = self._wanted_images()
@@ -241,6 +240,9 @@ class LocalCluster:
             self._make_cgroups()
             self._start_containerd(images.get("pause", ("", None))[0])
             self._import_images(images)
+            # A first import takes minutes on a busy machine and is bounded on its own: the
+            # cluster's startup time counts from here.
+            deadline = time.monotonic() + self.startup_timeout
             self._spawn("etcd", [
                 binaries["etcd"], "--name", "default", "--data-dir", str(self.run_dir / "etcd"),
                 "--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
@@ -813,6 +815,8 @@ state = "/run/containerd"
         (home / "config.json").write_text(jobset.manager_configuration(certs))
         # The CRD is larger than client-side apply's annotation allows: server-side apply.
         self._apply_server_side(jobset.api_objects(install))
+        # A manager started before its CRD is served waits on its informers until it gives up.
+        self._wait(lambda: self._crd_established(jobset.CRD), deadline, f"CRD {jobset.CRD} established")
         self._spawn(jobset.MANAGER, [binary, "--config", str(home / "config.json"), "--kubeconfig", str(pki / "jobset.kubeconfig")])
         self._wait(lambda: self._probe_ok(f"http://127.0.0.1:{jobset.HEALTH_PORT}/readyz"), deadline, "the JobSet manager's /readyz")
         self._apply_server_side(jobset.webhook_configurations(install, (pki / "ca.crt").read_bytes()))
@@ -821,6 +825,11 @@ state = "/run/containerd"
     def _apply_server_side(self, objects: list[dict[str, Any]]) -> None:
         self.kubectl("apply", "--server-side", "--field-manager=ddp-infra-cluster", "-f", "-",
                      input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+
+    def _crd_established(self, name: str) -> bool:
+        out = self.kubectl("get", "crd", name, "-o", "json", check=False)
+        conditions = json.loads(out.stdout).get("status", {}).get("conditions", []) if out.returncode == 0 else []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     def _probe_ok(self, url: str) -> bool:
         probe = f"import urllib.request; urllib.request.urlopen('{url}', timeout=2)"

@@ -29,6 +29,7 @@ MANAGER = "jobset-manager"
 USER = "ddp-infra:jobset"
 WEBHOOK_PORT = 9443
 HEALTH_PORT = 8081
+CRD = "jobsets.jobset.x-k8s.io"
 # The manifests build.sh rendered from the module, beside the binary.
 INSTALL_MANIFESTS = "install.yaml"
 _CLUSTER_ROLE = "jobset-manager-role"
