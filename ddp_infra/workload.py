@@ -308,7 +308,6 @@ def jobset_manifest(config: StackConfig, world: World) -> dict[str, Any]:
     The JobSet's network uses the stack's own headless Service, which exists before it.
     """
     job = contract.JOBSET_REPLICATED_JOB
-    template = pod_template(config, world)
     return {
         "apiVersion": JOBSET_API_VERSION,
         "kind": "JobSet",
@@ -326,7 +325,7 @@ def jobset_manifest(config: StackConfig, world: World) -> dict[str, Any]:
                         "parallelism": world.nnodes,
                         "backoffLimit": 0,
                         "podFailurePolicy": {"rules": [_fail_job_on_bad_env()]},
-                        "template": template,
+                        "template": pod_template(config, world),
                     },
                 },
             }],
