@@ -362,9 +362,10 @@ class RunConfig(_Model):
 
 class WorkloadConfig(_Model):
     kind: Literal[contract.WORKLOAD_KINDS] = Field(  # type: ignore[valid-type]
-        contract.INDEXED_JOB, description="job (an Indexed Job that runs to completion) or statefulset (pods kept up, restarted after the run ends)."
+        contract.INDEXED_JOB,
+        description="job (an Indexed Job that runs to completion), statefulset (pods kept up, restarted after the run ends) or jobset (a JobSet of one Indexed Job: any pod's failure restarts the whole world; needs the JobSet controller).",
     )
-    name: WorkloadName = Field("trainer", description="Name of the StatefulSet or Job; the Service is <name>-rdzv.")
+    name: WorkloadName = Field("trainer", description="Name of the StatefulSet, Job or JobSet; the Service is <name>-rdzv.")
     wait_for_ready: bool = Field(
         False, description="Make `pulumi up` wait for every pod to be Ready (job: for the Job to complete)."
     )
@@ -377,10 +378,11 @@ class WorkloadConfig(_Model):
         description="Healthy pods a voluntary disruption (a node drain) may evict at once; each stops the world at a checkpoint and it re-forms. 0: drains wait for the run to end.",
     )
     backoff_limit: int = Field(
-        3, ge=0, le=100, description="job: pod failures (crashes, OOM kills, SIGKILL; not evictions or SIGTERM stops) before the Job fails."
+        3, ge=0, le=100,
+        description="job: pod failures (crashes, OOM kills, SIGKILL; not evictions or SIGTERM stops) before the Job fails; jobset: restarts of the whole world (after any pod's failure) before the JobSet fails.",
     )
     ttl_seconds_after_finished: int = Field(
-        86400, ge=0, le=30 * 86400, description="job: seconds a finished Job and its pods are kept."
+        86400, ge=0, le=30 * 86400, description="job, jobset: seconds a finished Job or JobSet and its pods are kept."
     )
 
 
@@ -766,6 +768,16 @@ def _cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
                     _full_key(["resources", "extended", name]), repr(valid["resources"].extended[name]),
                     "a resource not in network.rdmaResources (that key requests it already)",
                 ))
+    if have("workload", "nodes") and valid["workload"].kind == contract.JOBSET:
+        # JobSet refuses a JobSet whose pod names (<name>-node-0-<index>-<5 random>) are not DNS-1035 labels.
+        name, nodes = valid["workload"].name, valid["nodes"]
+        fixed = len(contract.pod_hostname(contract.JOBSET, name, nodes - 1)) + len("-abcde") - len(name)
+        if len(name) + fixed > 63 or not name[0].isalpha():
+            problems.append(Problem(
+                _full_key(["workload", "name"]), repr(name),
+                f"with kind jobset, a name that starts with a letter and has at most {63 - fixed} characters at nodes={nodes} "
+                f"(its pods are named <name>-{contract.JOBSET_REPLICATED_JOB}-0-<index>-<5 random>, at most 63)",
+            ))
     if have("network", "annotations") and valid["network"].secondary_networks:
         if SECONDARY_NETWORKS_ANNOTATION in valid["annotations"]:
             problems.append(Problem(

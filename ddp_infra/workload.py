@@ -1,4 +1,4 @@
-"""The training pods, as plain Kubernetes dicts: env, container, pod template, StatefulSet, Job.
+"""The training pods, as plain Kubernetes dicts: env, container, pod template, StatefulSet, Job, JobSet.
 
 Pure functions of (StackConfig, World): no Pulumi here, so they can be tested and fed to the
 trainer's own env resolution directly.
@@ -19,13 +19,16 @@ from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, RENDEZVOUS_PORT_NAME, WA
 ACCEPTED = {
     contract.STATEFULSET: "jsonpath={.status.observedGeneration}",
     contract.INDEXED_JOB: "jsonpath={.status.startTime}",
+    contract.JOBSET: "jsonpath={.status.replicatedJobsStatus}",
 }
 TMP_MOUNT = contract.TMP_MOUNT
 # Where a pod's own index comes from, per workload kind (the downward API reads it).
 NODE_RANK_FIELD = {
     contract.STATEFULSET: f"metadata.labels['{contract.POD_INDEX_LABEL}']",
     contract.INDEXED_JOB: f"metadata.annotations['{contract.JOB_COMPLETION_INDEX_ANNOTATION}']",
+    contract.JOBSET: f"metadata.annotations['{contract.JOB_COMPLETION_INDEX_ANNOTATION}']",
 }
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 VOLUME_MOUNTS = {"datasets": contract.DATA_MOUNT, "outputs": contract.OUT_MOUNT, "models": contract.MODELS_MOUNT}
 
 
@@ -234,7 +237,7 @@ def pod_template(config: StackConfig, world: World) -> dict[str, Any]:
     }
     if config.image.pull_secrets:
         spec["imagePullSecrets"] = [{"name": name} for name in config.image.pull_secrets]
-    if world.workload_kind == contract.INDEXED_JOB:
+    if world.workload_kind in (contract.INDEXED_JOB, contract.JOBSET):
         spec["restartPolicy"] = "Never"
         # Job pods get <job>-<index> as hostname; the subdomain gives them the DNS name MASTER_ADDR uses.
         spec["subdomain"] = world.service_name
@@ -300,6 +303,65 @@ def job_manifest(config: StackConfig, world: World) -> dict[str, Any]:
     }
 
 
+def jobset_manifest(config: StackConfig, world: World) -> dict[str, Any]:
+    """A JobSet of one Indexed Job, one pod per node.
+
+    Any pod's failure fails the Job at once (backoffLimit 0), and the JobSet restarts the whole
+    world, which resumes from its checkpoint, up to `workload.backoffLimit` times. The old world's
+    pods are gone (each wrote its SIGTERM checkpoint) before the new one starts (BlockingRecreate),
+    so two worlds never write one run. A pod env that describes no world fails the JobSet at once.
+    The JobSet's network uses the stack's own headless Service, which exists before it.
+    """
+    job = contract.JOBSET_REPLICATED_JOB
+    return {
+        "apiVersion": JOBSET_API_VERSION,
+        "kind": "JobSet",
+        "metadata": workload_metadata(config, world),
+        "spec": {
+            "network": {"enableDNSHostnames": True, "subdomain": world.service_name, "publishNotReadyAddresses": True},
+            "replicatedJobs": [{
+                "name": job,
+                "replicas": 1,
+                "template": {
+                    "metadata": {"labels": world.labels(CONTAINER_NAME)},
+                    "spec": {
+                        "completionMode": "Indexed",
+                        "completions": world.nnodes,
+                        "parallelism": world.nnodes,
+                        "backoffLimit": 0,
+                        "podFailurePolicy": {"rules": [_fail_job_on_bad_env()]},
+                        "template": pod_template(config, world),
+                    },
+                },
+            }],
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [job]},
+            "failurePolicy": {
+                "maxRestarts": config.workload.backoff_limit,
+                "restartStrategy": "BlockingRecreate",
+                # The Job's only pod failure policy that fails it is the bad env's: no restart can fix that.
+                "rules": [{"name": "pod_env_describes_no_world", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],
+            },
+            "ttlSecondsAfterFinished": config.workload.ttl_seconds_after_finished,
+        },
+    }  # fmt: skip
+
+
+def pod_template_of(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The pod template inside a workload manifest of any kind."""
+    if manifest["kind"] == "JobSet":
+        (job,) = manifest["spec"]["replicatedJobs"]
+        return job["template"]["spec"]["template"]
+    return manifest["spec"]["template"]
+
+
+def _exit_codes(code: int) -> dict[str, Any]:
+    return {"containerName": CONTAINER_NAME, "operator": "In", "values": [code]}
+
+
+def _fail_job_on_bad_env() -> dict[str, Any]:
+    return {"action": "FailJob", "onExitCodes": _exit_codes(contract.EXIT_BAD_ENV)}
+
+
 def _pod_failure_rules() -> list[dict[str, Any]]:
     """Which pod failures end the run.
 
@@ -307,13 +369,9 @@ def _pod_failure_rules() -> list[dict[str, Any]]:
     world resumes, without counting against backoffLimit. A pod env that describes no world fails
     the Job at once. Anything else (a crash, an OOM kill, a SIGKILL) counts.
     """
-
-    def exit_codes(code: int) -> dict[str, Any]:
-        return {"containerName": CONTAINER_NAME, "operator": "In", "values": [code]}
-
     return [
-        {"action": "FailJob", "onExitCodes": exit_codes(contract.EXIT_BAD_ENV)},
-        {"action": "Ignore", "onExitCodes": exit_codes(contract.EXIT_TERMINATED)},
+        _fail_job_on_bad_env(),
+        {"action": "Ignore", "onExitCodes": _exit_codes(contract.EXIT_TERMINATED)},
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     ]
 
@@ -321,4 +379,6 @@ def _pod_failure_rules() -> list[dict[str, Any]]:
 def workload_manifest(config: StackConfig, world: World) -> dict[str, Any]:
     if world.workload_kind == contract.INDEXED_JOB:
         return job_manifest(config, world)
+    if world.workload_kind == contract.JOBSET:
+        return jobset_manifest(config, world)
     return statefulset_manifest(config, world)

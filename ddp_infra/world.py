@@ -71,7 +71,7 @@ class World:
 
     @property
     def master_addr(self) -> str:
-        return contract.master_dns_name(self.workload_name, self.service_name)
+        return contract.master_dns_name(self.workload_name, self.service_name, self.workload_kind)
 
     @property
     def rdzv_id(self) -> str:
@@ -131,12 +131,13 @@ class World:
         return f"{_kubectl(self.namespace, context)} get pods -l {selector} -o wide -w"
 
     def kubectl_run_status(self, context: Optional[str] = None) -> str:
-        """Where the run stands: a Job's STATUS column reads Running, Complete or Failed."""
+        """Where the run stands: a Job's STATUS column reads Running, Complete or Failed (a JobSet's
+        TERMINALSTATE Completed or Failed, RESTARTS the world's restarts)."""
         return f"{_kubectl(self.namespace, context)} get {self.workload_kind} {self.workload_name}"
 
     def kubectl_follow_rank0(self, context: Optional[str] = None) -> str:
         kubectl = _kubectl(self.namespace, context)
-        if self.workload_kind == contract.INDEXED_JOB:
+        if self.workload_kind in (contract.INDEXED_JOB, contract.JOBSET):
             # Job pods carry a random suffix: pick index 0 by its label.
             selector = ",".join(
                 [f"{key}={value}" for key, value in self.selector.items()]

@@ -51,6 +51,18 @@ def kubelet_env(env: list[dict[str, Any]], pod: dict[str, Any], secrets: dict[st
 def pod_of(world: InfraWorld, index: int, with_index_label: bool = True) -> tuple[dict[str, Any], str]:
     """A pod as Kubernetes makes it for the workload, and its hostname."""
     labels = dict(world.selector)
+    if world.workload_kind == contract.JOBSET:
+        # JobSet's pods are its Job's: the index as a Job pod's, hostname <jobset>-<replicated job>-<job index>-<index>.
+        job = f"{world.workload_name}-{contract.JOBSET_REPLICATED_JOB}-0"
+        labels.update({"jobset.sigs.k8s.io/jobset-name": world.workload_name, "jobset.sigs.k8s.io/job-index": "0",
+                       "jobset.sigs.k8s.io/replicatedjob-name": contract.JOBSET_REPLICATED_JOB})  # fmt: skip
+        metadata = {
+            "name": f"{job}-{index}-x7k2q",
+            "namespace": world.namespace,
+            "labels": labels,
+            "annotations": {contract.JOB_COMPLETION_INDEX_ANNOTATION: str(index)},
+        }
+        return {"metadata": metadata, "injected": {contract.JOB_COMPLETION_INDEX: str(index)}}, f"{job}-{index}"
     if world.workload_kind == contract.INDEXED_JOB:
         # Job pods: a random suffix in the name, the index in an annotation and in JOB_COMPLETION_INDEX,
         # hostname <job>-<index> (the subdomain gives it its DNS name).
@@ -98,6 +110,25 @@ def test_every_pod_resolves_the_world_the_program_describes(stack, kind, nodes):
         assert f"--rdzv-id={world.rdzv_id}" in argv
         assert f"--shutdown-timeout={seen.shutdown_timeout}" in argv
         assert argv[-len(parsed.run.args):] == list(parsed.run.args)
+
+
+@pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
+def test_master_addr_is_pod_0s_hostname_under_the_service(kind):
+    """The name every pod waits for is the one pod 0 gets: its hostname, and the Service as its subdomain."""
+    parsed, world = configured("dev", nodes="4", workload__kind=kind)
+    env = kubelet_env(workload.pod_env(parsed, world), pod_of(world, 2)[0], {})
+    _, pod0_hostname = pod_of(world, 0)
+    subdomain = workload.pod_template_of(workload.workload_manifest(parsed, world))["spec"].get("subdomain", world.service_name)
+    assert env[contract.MASTER_ADDR.name] == f"{pod0_hostname}.{subdomain}"
+
+
+def test_a_jobset_pod_without_its_index_falls_back_to_its_hostname():
+    parsed, world = configured("dev", nodes="4", workload__kind=contract.JOBSET)
+    pod, hostname = pod_of(world, 3)
+    env = kubelet_env(workload.pod_env(parsed, world), {**pod, "injected": {}}, {})
+    env[contract.NODE_RANK.name] = env[contract.PET_NODE_RANK.name] = ""
+    seen = resolve_world(env, hostname)
+    assert seen.node_rank == 3 and "hostname" in seen.rank_source
 
 
 def test_a_cluster_without_the_pod_index_label_falls_back_to_the_pod_name():

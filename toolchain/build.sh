@@ -5,6 +5,8 @@
 #     CLI at an older release the proxy serves when it refuses the pin);
 #   - the Kubernetes resource provider, at the `pulumi-kubernetes==` pin, installed as a plugin;
 #   - kube-apiserver and etcd, a real API server for tests (toolchain/apiserver.py);
+#   - the test cluster's other components (toolchain/cluster.py): the kubelet, controller-manager,
+#     scheduler, kube-proxy, CoreDNS, and the JobSet controller with its module's manifests;
 #   - actionlint, the linter the tests run on .github/workflows.
 # A Pulumi CLI, language host or provider already on PATH (the official installer's, a build of
 # one's own) is linked instead of built, a CLI when it is at least the SDK's minimum version.
@@ -37,8 +39,10 @@ etcd_version=3.5.21
 coredns_version=1.14.7
 # The GitHub Actions workflow linter.
 actionlint_version=1.7.12
+# The JobSet controller, an add-on of the test cluster (`workload.kind: jobset`).
+jobset_version=0.11.0
 
-bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version
+bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version-jobset-$jobset_version
 if [ "${1:-}" = --bin-dir ]; then
   echo "$bin_dir"
   exit 0
@@ -54,6 +58,7 @@ kubernetes_dir=$cache/kubernetes-v$kube_version
 etcd_dir=$cache/etcd-v$etcd_version
 coredns_dir=$cache/coredns-v$coredns_version
 actionlint_dir=$cache/actionlint-v$actionlint_version
+jobset_dir=$cache/jobset-v$jobset_version
 logs=$cache/logs
 mkdir -p "$bin_dir" "$logs"
 
@@ -152,6 +157,19 @@ build_actionlint() {
   export CGO_ENABLED=0
   wrapped_build actionlint github.com/rhysd/actionlint/cmd/actionlint "github.com/rhysd/actionlint@v$actionlint_version" "" \
     -ldflags "-X github.com/rhysd/actionlint.version=$actionlint_version"
+}
+
+# The manager binary, and the module's own manifests (config/: CRDs, RBAC, webhooks) with the
+# default install rendered from them, which the test cluster takes its objects from.
+build_jobset() {
+  local module=sigs.k8s.io/jobset src
+  export CGO_ENABLED=0
+  wrapped_build jobset-manager "$module" "$module@v$jobset_version" "" \
+    -ldflags "-X $module/pkg/version.GitVersion=v$jobset_version"
+  src=$(module_dir "$module@v$jobset_version")
+  cp -r "$src/config" out/config
+  chmod -R u+w out/config
+  kubectl kustomize out/config/default >out/install.yaml
 }
 
 # Is version $1 at least $2 (semver order, as sort -V sees it)?
@@ -277,6 +295,8 @@ component coredns "$coredns_dir" build_coredns
 link "$coredns_dir/coredns" coredns
 component actionlint "$actionlint_dir" build_actionlint
 link "$actionlint_dir/actionlint" actionlint
+component jobset "$jobset_dir" build_jobset
+link "$jobset_dir/jobset-manager" jobset-manager
 
 # The engine takes the provider from its plugin directory, so it never tries to download one.
 if [ -x "$bin_dir/pulumi" ] && [ -x "$provider_dir/pulumi-resource-kubernetes" ]; then

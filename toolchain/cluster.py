@@ -7,11 +7,14 @@
     from toolchain.cluster import LocalCluster
     with LocalCluster("test") as cluster:
         cluster.kubectl("get", "nodes")
+    LocalCluster("jobs", addons=("jobset",))   # with the JobSet controller (toolchain/jobset.py)
 
 Every part comes from this machine: etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, kubelet and kube-proxy (one Kubernetes version) and CoreDNS built from Go
 modules by toolchain/build.sh; containerd, runc and the CNI plugins from Debian; the pause and
 trainer images from toolchain/images.sh, imported into containerd (there is no registry).
+Add-ons (`addons=`, `up --addon`): the JobSet controller, also built by toolchain/build.sh, run
+as a process beside CoreDNS (toolchain/jobset.py says why and how).
 
 Isolation: the whole cluster lives in a network namespace and a mount namespace of its own,
 held open by one `unshare` process that every daemon is entered into (`nsenter`). Inside, the
@@ -49,6 +52,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterable
 
+from toolchain import jobset
 from toolchain.apiserver import find_tool, free_port, tool_dir
 
 HERE = Path(__file__).resolve().parent
@@ -65,13 +69,15 @@ LOCAL_STORAGE_CLASS = "local"
 # Released volumes are not reused (Retain, as a cloud disk would be kept): one per claim a test suite makes.
 PERSISTENT_VOLUMES = 32
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns")
+# Optional controllers, each a binary of the toolchain started with the cluster.
+ADDONS = {"jobset": jobset.MANAGER}
 
 
 class ClusterError(RuntimeError):
     pass
 
 
-def _images() -> dict[str, tuple[str, Path]]:
+def image_archives() -> dict[str, tuple[str, Path]]:
     """{name: (image ref, docker-archive tar)} of the images toolchain/images.sh builds."""
     out = subprocess.run([str(HERE / "images.sh"), "--print"], capture_output=True, text=True, check=True)
     images = {}
@@ -184,14 +190,19 @@ class LocalCluster:
     """
 
     def __init__(self, name: str = "ddp-infra", *, bin_dir: Path | None = None, startup_timeout: float = 240.0,
-                 with_images: bool = True, domain: str = "cluster.local"):
+                 with_images: bool | Iterable[str] = True, domain: str = "cluster.local", addons: Iterable[str] = ()):
         self.name = name
+        self.addons = tuple(addons)
+        unknown = sorted(set(self.addons) - set(ADDONS))
+        if unknown:
+            raise ClusterError(f"unknown add-on(s) {', '.join(unknown)}; known: {', '.join(ADDONS)}")
         self.domain = domain  # the cluster domain: CoreDNS's zone, the kubelet's clusterDomain
         self.home = CACHE / "cluster" / name
         self.run_dir = self.home / "run"
         self.containerd_root = self.home / "containerd"
         self.bin_dir = bin_dir or tool_dir()
         self.startup_timeout = startup_timeout
+        # True: every image images.sh builds; or the names of those to import (pause is always one).
         self.with_images = with_images
         self.node_name = f"{name}-node"
         self.cgroup_root = f"/ddp-infra-{name}"
@@ -214,10 +225,9 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         began = time.monotonic()
-        deadline = began + self.startup_timeout
         self.stop()  # whatever a crashed earlier run left
-        binaries = {c: find_tool(c, self.bin_dir) for c in COMPONENTS}
-        images = _images() if self.with_images else {}
+        binaries = {c: find_tool(c, self.bin_dir) for c in (*COMPONENTS, *(ADDONS[a] for a in self.addons))}
+        images = self._wanted_images()
         for ref, tar in images.values():
             if not tar.is_file():
                 raise ClusterError(f"image {ref} is not built ({tar} missing): run `make setup` (toolchain/images.sh)")
@@ -230,6 +240,9 @@ class LocalCluster:
             self._make_cgroups()
             self._start_containerd(images.get("pause", ("", None))[0])
             self._import_images(images)
+            # A first import takes minutes on a busy machine and is bounded on its own: the
+            # cluster's startup time counts from here.
+            deadline = time.monotonic() + self.startup_timeout
             self._spawn("etcd", [
                 binaries["etcd"], "--name", "default", "--data-dir", str(self.run_dir / "etcd"),
                 "--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
@@ -245,6 +258,8 @@ class LocalCluster:
             self._wait(self._node_ready, deadline, f"node {self.node_name} Ready")
             self._wait(self._dns_ready, deadline, "CoreDNS ready")
             self._wait(self._default_service_account, deadline, "the default ServiceAccount (controllers running)")
+            if "jobset" in self.addons:
+                self._start_jobset(binaries[jobset.MANAGER], deadline)
         except BaseException:
             self._dump_logs()
             self.stop()
@@ -252,6 +267,14 @@ class LocalCluster:
         self.images = {name: ref for name, (ref, _) in images.items()}
         self.startup_seconds = time.monotonic() - began
         return self
+
+    def _wanted_images(self) -> dict[str, tuple[str, Path]]:
+        if self.with_images is False:
+            return {}
+        built = image_archives()
+        if self.with_images is True:
+            return built
+        return {name: built[name] for name in {"pause", *self.with_images}}
 
     def stop(self) -> None:
         """Ends every process of this cluster (also a crashed earlier run's) and removes its state."""
@@ -527,6 +550,7 @@ class LocalCluster:
             "kubelet": (f"system:node:{self.node_name}", "system:nodes"),
             "kube-proxy": ("system:kube-proxy", ""),
             "coredns": ("ddp-infra:coredns", ""),
+            **({"jobset": (jobset.USER, "")} if "jobset" in self.addons else {}),
         }
         self._tokens = {key: secrets.token_hex(16) for key in identities}
         lines = [f'{self._tokens[key]},{user},{user},"{group}"' for key, (user, group) in identities.items()]
@@ -774,6 +798,47 @@ state = "/run/containerd"
 """)
         self._spawn("coredns", [binaries["coredns"], "-conf", str(corefile)])
 
+    # --- add-ons ----------------------------------------------------------------------------------
+
+    def _start_jobset(self, binary: str, deadline: float) -> None:
+        """The JobSet controller as a process beside CoreDNS; see toolchain/jobset.py for why."""
+        install = jobset.install_manifests(binary)
+        pki, home = self.run_dir / "pki", self.run_dir / "jobset"
+        certs = home / "certs"
+        certs.mkdir(parents=True)
+        # controller-runtime's webhook server reads tls.crt and tls.key from its certDir.
+        (pki / "jobset-webhook.ext").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+        self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(certs / "tls.key"), "-out", "jobset-webhook.csr",
+                      "-subj", "/CN=jobset-webhook")
+        self._openssl("x509", "-req", "-in", "jobset-webhook.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                      "-days", "30", "-out", str(certs / "tls.crt"), "-extfile", "jobset-webhook.ext")
+        (home / "config.json").write_text(jobset.manager_configuration(certs))
+        # The CRD is larger than client-side apply's annotation allows: server-side apply.
+        self._apply_server_side(jobset.api_objects(install))
+        # A manager started before its CRD is served waits on its informers until it gives up.
+        self._wait(lambda: self._crd_established(jobset.CRD), deadline, f"CRD {jobset.CRD} established")
+        self._spawn(jobset.MANAGER, [binary, "--config", str(home / "config.json"), "--kubeconfig", str(pki / "jobset.kubeconfig")])
+        self._wait(lambda: self._probe_ok(f"http://127.0.0.1:{jobset.HEALTH_PORT}/readyz"), deadline, "the JobSet manager's /readyz")
+        self._apply_server_side(jobset.webhook_configurations(install, (pki / "ca.crt").read_bytes()))
+        self._wait(self._jobset_webhooks_answer, deadline, "JobSet's webhooks answering the API server")
+
+    def _apply_server_side(self, objects: list[dict[str, Any]]) -> None:
+        self.kubectl("apply", "--server-side", "--field-manager=ddp-infra-cluster", "-f", "-",
+                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+
+    def _crd_established(self, name: str) -> bool:
+        out = self.kubectl("get", "crd", name, "-o", "json", check=False)
+        conditions = json.loads(out.stdout).get("status", {}).get("conditions", []) if out.returncode == 0 else []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    def _probe_ok(self, url: str) -> bool:
+        probe = f"import urllib.request; urllib.request.urlopen('{url}', timeout=2)"
+        return self.in_namespace(sys.executable, "-c", probe, timeout=10).returncode == 0
+
+    def _jobset_webhooks_answer(self) -> bool:
+        out = self.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(jobset.PROBE), check=False)
+        return out.returncode == 0 and jobset.webhooks_answer(out.stdout)
+
     def _node_ready(self) -> bool:
         out = self.kubectl("get", "node", self.node_name, "-o", "json", check=False)
         if out.returncode != 0:
@@ -782,8 +847,7 @@ state = "/run/containerd"
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
     def _dns_ready(self) -> bool:
-        probe = f"import urllib.request; urllib.request.urlopen('http://{NODE_IP}:8181/ready', timeout=2)"
-        return self.in_namespace(sys.executable, "-c", probe, timeout=10).returncode == 0
+        return self._probe_ok(f"http://{NODE_IP}:8181/ready")
 
     def _default_service_account(self) -> bool:
         return self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0
@@ -798,6 +862,7 @@ def main() -> int:
         if command == "up":
             p.add_argument("--without-images", action="store_true", help="import no image (no pod can start)")
             p.add_argument("--domain", default="cluster.local", help="the cluster domain (default cluster.local)")
+            p.add_argument("--addon", action="append", default=[], choices=sorted(ADDONS), help="start an add-on with the cluster (repeatable)")
     relay = sub.add_parser("relay", help=argparse.SUPPRESS)
     relay.add_argument("listen_port", type=int)
     relay.add_argument("netns_pid", type=int)
@@ -807,7 +872,7 @@ def main() -> int:
         _relay(args.listen_port, args.netns_pid, args.target_port)
         return 0
     cluster = LocalCluster(args.name, with_images=not getattr(args, "without_images", False),
-                           domain=getattr(args, "domain", "cluster.local"))
+                           domain=getattr(args, "domain", "cluster.local"), addons=getattr(args, "addon", ()))
     if args.command == "up":
         try:
             cluster.start()

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Kubernetes puts a StatefulSet pod's ordinal in this label (1.28+) and an Indexed Job pod's
-# completion index in this annotation and in the JOB_COMPLETION_INDEX variable.
+# completion index in this annotation and in the JOB_COMPLETION_INDEX variable (a JobSet's pods
+# are an Indexed Job's: they get both).
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
@@ -37,7 +38,10 @@ INFINIBAND_DEVICES = "/dev/infiniband"
 # Workload kinds, as WORKLOAD_KIND carries them.
 STATEFULSET = "statefulset"
 INDEXED_JOB = "job"
-WORKLOAD_KINDS = (STATEFULSET, INDEXED_JOB)
+JOBSET = "jobset"  # a JobSet (jobset.x-k8s.io) of one Indexed Job
+WORKLOAD_KINDS = (STATEFULSET, INDEXED_JOB, JOBSET)
+# The JobSet's one replicated Job, named as Kubeflow Trainer's torch runtime names its own.
+JOBSET_REPLICATED_JOB = "node"
 
 # Rendezvous backends torchrun accepts, as RDZV_BACKEND carries them.
 RDZV_BACKENDS = ("c10d", "static", "etcd-v2")
@@ -57,13 +61,14 @@ WORLD_SIZE = EnvVar("WORLD_SIZE", "training processes in the job: NNODES x NPROC
 NODE_RANK = EnvVar(
     "NODE_RANK",
     f"the pod's index, from the {POD_INDEX_LABEL} label (StatefulSet) or the completion index "
-    "(Indexed Job); may be empty on clusters without the label, then the hostname ordinal is used",
+    "(Indexed Job, JobSet); may be empty on clusters without the label, then the hostname ordinal is used",
     required=False,
 )
 
 # --- rendezvous ----------------------------------------------------------------------------
 MASTER_ADDR = EnvVar(
-    "MASTER_ADDR", "pod 0's name under the headless Service, <workload>-0.<service>, resolved through the pod's search path"
+    "MASTER_ADDR",
+    "pod 0's name under the headless Service, <pod 0's hostname>.<service>, resolved through the pod's search path",
 )
 MASTER_PORT = EnvVar("MASTER_PORT", "rendezvous / TCPStore port on pod 0")
 RDZV_BACKEND = EnvVar("RDZV_BACKEND", f"torchrun rendezvous backend, one of {', '.join(RDZV_BACKENDS)}")
@@ -93,7 +98,7 @@ POD_NAME = EnvVar("POD_NAME", "metadata.name of the pod")
 POD_NAMESPACE = EnvVar("POD_NAMESPACE", "metadata.namespace of the pod")
 SVC_NAME = EnvVar("SVC_NAME", "name of the headless rendezvous Service")
 WORKLOAD_KIND = EnvVar("WORKLOAD_KIND", f"which workload runs the pods: {' or '.join(WORKLOAD_KINDS)}")
-WORKLOAD_NAME = EnvVar("WORKLOAD_NAME", "name of the StatefulSet or Job")
+WORKLOAD_NAME = EnvVar("WORKLOAD_NAME", "name of the StatefulSet, Job or JobSet")
 
 # --- outputs and resources -----------------------------------------------------------------
 RUN_NAME = EnvVar("RUN_NAME", "run directory under /out; stable across restarts so a restart resumes")
@@ -165,13 +170,24 @@ LEGACY_JOB_NAME = "JOB_NAME"
 JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes in every Indexed Job pod
 
 
-def master_dns_name(workload_name: str, service_name: str) -> str:
+def pod_hostname(kind: str, workload_name: str, index: int) -> str:
+    """The hostname Kubernetes gives the workload's pod `index`.
+
+    A StatefulSet's pod and an Indexed Job's are `<workload>-<index>`. A JobSet's pod is its
+    Job's: the Job is `<jobset>-<replicated job>-<job index>`, and the JobSet here has one.
+    """
+    if kind == JOBSET:
+        return f"{workload_name}-{JOBSET_REPLICATED_JOB}-0-{index}"
+    return f"{workload_name}-{index}"
+
+
+def master_dns_name(workload_name: str, service_name: str, kind: str = STATEFULSET) -> str:
     """Pod 0's stable DNS name behind the headless Service, in the short form JobSet uses.
 
     A pod's resolver completes it through its search path (`<namespace>.svc.<cluster domain>`),
     so it resolves on a cluster of any domain, where a written-out `svc.cluster.local` would not.
     """
-    return f"{workload_name}-0.{service_name}"
+    return f"{pod_hostname(kind, workload_name, 0)}.{service_name}"
 
 
 # --- the training image (trainer/Dockerfile) ------------------------------------------------

@@ -244,10 +244,11 @@ def _rdzv_id(r: _Reader, value: str | None) -> str | None:
 
 
 def _node_rank(r: _Reader, kind: str, hostname: str) -> tuple[int | None, str]:
-    """The pod's index: NODE_RANK if set, else the completion index (Job), else the name's ordinal.
+    """The pod's index: NODE_RANK if set, else the completion index (Job, JobSet), else the name's ordinal.
 
     A StatefulSet pod's name is its hostname (`<sts>-<ordinal>`); an Indexed Job pod's name has a
-    random suffix but its hostname is `<job>-<index>`, so the hostname is the last resort for both.
+    random suffix but its hostname is `<job>-<index>` (under JobSet, `<jobset>-<replicated job>-
+    <job index>-<index>`), so the hostname's last number is the last resort for all of them.
     """
     explicit = r.text(c.NODE_RANK.name, required=False)
     index = r.text(c.JOB_COMPLETION_INDEX, required=False)
@@ -256,7 +257,7 @@ def _node_rank(r: _Reader, kind: str, hostname: str) -> tuple[int | None, str]:
         if rank is not None and index is not None and index != str(rank):
             r.problem(c.NODE_RANK.name, explicit, f"the same index as {c.JOB_COMPLETION_INDEX}={index}")
         return rank, c.NODE_RANK.name
-    if kind == c.INDEXED_JOB and index is not None:
+    if kind in (c.INDEXED_JOB, c.JOBSET) and index is not None:
         return r.integer(c.JOB_COMPLETION_INDEX, 0, required=False), c.JOB_COMPLETION_INDEX
     pod_name = r.text(c.POD_NAME.name, required=False)
     candidates = ([(c.POD_NAME.name, pod_name)] if kind == c.STATEFULSET else []) + [("hostname", hostname)]

@@ -1,4 +1,5 @@
-"""The training workload: an Indexed Job (the default), or a StatefulSet when `workload.kind` is `statefulset`.
+"""The training workload: an Indexed Job (the default), a StatefulSet (`workload.kind: statefulset`),
+or a JobSet of one Indexed Job (`workload.kind: jobset`, on clusters with the JobSet controller).
 
 A changed workload is replaced whole. Any spec change (`nodes`, the image, the run's args) deletes
 the old workload, waits until its pods are gone (the provider's foreground delete: every pod gets
@@ -9,7 +10,8 @@ never a world that mixes pods of two shapes, one-pod-at-a-time roll, or two worl
 What `pulumi up` waits for (`workload.waitForReady`, default false):
 
 - not waiting is the default: the workload carries `pulumi.com/waitFor`, met as soon as its
-  controller has taken it (a Job's start time, a StatefulSet's observed generation). A training
+  controller has taken it (a Job's start time, a StatefulSet's observed generation, a JobSet's
+  replicated Jobs' status). A training
   pod's readiness says little, the provider awaits a Job until it *completes* (hours), and pulling
   a large image onto 64 nodes outlasts the provider's 10-minute default. The stack outputs give the
   kubectl commands that show where the run stands and follow rank 0. (`pulumi.com/skipAwait` would
@@ -32,7 +34,7 @@ import pulumi
 from trainer import contract
 
 from ..config import StackConfig
-from ..workload import workload_manifest
+from ..workload import JOBSET_API_VERSION, workload_manifest
 from ..world import World
 from .base import Component
 from .kubernetes_object import KubernetesObject, type_token
@@ -48,13 +50,13 @@ class Trainer(Component):
     def __init__(self, name: str, args: TrainerArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Trainer", name, opts)
         manifest = workload_manifest(args.config, args.world)
-        (other_type,) = (token for kind, token in TYPES.items() if kind != args.world.workload_kind)
+        other_types = [token for kind, token in TYPES.items() if kind != args.world.workload_kind]
         workload_options = self.child(
             custom_timeouts=_timeouts(args.config),
             delete_before_replace=True,
             replace_on_changes=["spec"],
-            # The workload as the other kind is this same resource: a kind switch is a replace too.
-            aliases=[pulumi.Alias(type_=other_type)],
+            # The workload as another kind is this same resource: a kind switch is a replace too.
+            aliases=[pulumi.Alias(type_=other) for other in other_types],
         )
         self.workload = KubernetesObject(name, manifest, opts=workload_options)
         self.register_outputs({"name": self.workload.metadata["name"]})
@@ -64,6 +66,7 @@ class Trainer(Component):
 TYPES = {
     contract.INDEXED_JOB: type_token("batch/v1", "Job"),
     contract.STATEFULSET: type_token("apps/v1", "StatefulSet"),
+    contract.JOBSET: type_token(JOBSET_API_VERSION, "JobSet"),
 }
 
 

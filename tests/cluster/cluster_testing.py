@@ -24,7 +24,7 @@ from pulumi_project import PROJECT, PulumiProject
 from trainer import contract
 from toolchain.cluster import LocalCluster
 
-WORKLOAD_KINDS = ("StatefulSet", "Job")
+WORKLOAD_KINDS = ("StatefulSet", "Job", "JobSet")
 
 # The dev stack as committed: what the tests deploy and where they look for it.
 DEV = stack_file_config("dev")

@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # ddp_infra and trainer, also under plain `pytest`
 
 import infra_harness as harness  # noqa: E402
+from trainer import contract  # noqa: E402
 
 
 @pytest.fixture(params=harness.STACKS)
@@ -23,7 +24,7 @@ def nodes(request) -> int:
     return request.param
 
 
-@pytest.fixture(params=("statefulset", "job"))
+@pytest.fixture(params=contract.WORKLOAD_KINDS)
 def kind(request) -> str:
     return request.param
 

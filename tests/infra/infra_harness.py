@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+import kubernetes_validate
 import pulumi
 import yaml
 from pulumi.runtime import mocks, rpc
 
 from ddp_infra import config as stack_config
 from ddp_infra import program
+from ddp_infra.components.trainer import TYPES as WORKLOAD_TYPES
+from ddp_infra.workload import pod_template_of
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = stack_config.PROJECT
@@ -121,18 +124,31 @@ class Evaluation:
 
     @property
     def workload(self) -> Registered:
-        workloads = self.of_type("kubernetes:apps/v1:StatefulSet") + self.of_type("kubernetes:batch/v1:Job")
+        workloads = [r for r in self.registered if r.type in WORKLOAD_TYPES.values()]
         assert len(workloads) == 1
         return workloads[0]
 
     @property
+    def pod_template(self) -> dict[str, Any]:
+        return pod_template_of(self.workload.manifest)
+
+    @property
     def pod_spec(self) -> dict[str, Any]:
-        return self.workload.manifest["spec"]["template"]["spec"]
+        return self.pod_template["spec"]
 
     @property
     def container(self) -> dict[str, Any]:
         (container,) = self.pod_spec["containers"]
         return container
+
+
+def validate_manifest(manifest: dict[str, Any]) -> None:
+    """Against Kubernetes' own schemas. kubernetes_validate has none for a JobSet (test_real_apiserver
+    checks it against JobSet's CRD): its Job template is checked as the Job that JobSet makes of it."""
+    if manifest["kind"] == "JobSet":
+        (replicated,) = manifest["spec"]["replicatedJobs"]
+        manifest = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": manifest["metadata"]["name"]}, **replicated["template"]}
+    kubernetes_validate.validate(manifest, "1.31", strict=True)
 
 
 def stack_file_config(stack: str) -> dict[str, Any]:

@@ -109,6 +109,10 @@ MALFORMED = [
     ("env-name", {"env": {"1BAD": "x"}}, 'ddp-infra:env["1BAD"]', "'1BAD'"),
     ("object-not-json", {"labels": "{team: nlp"}, "ddp-infra:labels", "'{team: nlp'"),
     ("unknown-key", {"node": "4"}, "ddp-infra:node", "'4'"),
+    ("workload-kind", {"workload.kind": "pytorchjob"}, "ddp-infra:workload.kind", "'pytorchjob'"),
+    ("jobset-pod-names-too-long", {"workload.kind": "jobset", "workload.name": "a" * 50, "nodes": "64"},
+     "ddp-infra:workload.name", "'" + "a" * 50 + "'"),
+    ("jobset-name-starts-with-a-digit", {"workload.kind": "jobset", "workload.name": "7b-run"}, "ddp-infra:workload.name", "'7b-run'"),
     ("render-dir-empty", {"kubernetes.renderDir": ""}, "ddp-infra:kubernetes.renderDir", "''"),
 ]
 

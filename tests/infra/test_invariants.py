@@ -1,4 +1,4 @@
-"""The invariants of the whole stack, for each stack file, nodes = 1, 4, 64, 512 and both workloads.
+"""The invariants of the whole stack, for each stack file, nodes = 1, 4, 64, 512 and every workload kind.
 
 Each assertion reads what was registered (the mock monitor's view), not the program's own
 helpers, so a helper that computed a wrong value could not hide it.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 
-import kubernetes_validate
 import pulumi
 import pytest
 
@@ -18,6 +17,8 @@ from trainer import contract
 
 STATEFULSET = "kubernetes:apps/v1:StatefulSet"
 JOB = "kubernetes:batch/v1:Job"
+JOBSET = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
+TYPES = {"statefulset": STATEFULSET, "job": JOB, "jobset": JOBSET}
 SERVICE = "kubernetes:core/v1:Service"
 PVC = "kubernetes:core/v1:PersistentVolumeClaim"
 NAMESPACE = "kubernetes:core/v1:Namespace"
@@ -45,14 +46,33 @@ def expected_procs(stack: str) -> int:
 
 
 @pulumi.runtime.test
-def test_workload_runs_one_pod_per_node(evaluation, nodes, kind):
+def test_workload_runs_one_pod_per_node(evaluation, stack, nodes, kind):
     spec = evaluation.workload.manifest["spec"]
+    assert evaluation.workload.type == TYPES[kind]
     if kind == "statefulset":
-        assert evaluation.workload.type == STATEFULSET
         assert spec["replicas"] == nodes
         assert spec["podManagementPolicy"] == "Parallel"
+    elif kind == "jobset":
+        (replicated,) = spec["replicatedJobs"]
+        job = replicated["template"]["spec"]
+        assert replicated["replicas"] == 1 and replicated["name"] == contract.JOBSET_REPLICATED_JOB
+        assert job["completionMode"] == "Indexed"
+        assert job["completions"] == job["parallelism"] == nodes
+        assert evaluation.pod_spec["restartPolicy"] == "Never"
+        # any pod's failure fails the Job at once, and the JobSet restarts the whole world
+        assert job["backoffLimit"] == 0
+        policy = spec["failurePolicy"]
+        # restarts of the whole world: the stack's workload.backoffLimit
+        assert policy["maxRestarts"] == int(stack_values(stack).get("workload", {}).get("backoffLimit", 3))
+        # the old world is gone (its SIGTERM checkpoint written) before the new one starts
+        assert policy["restartStrategy"] == "BlockingRecreate"
+        # a pod env that describes no world fails the Job by its pod failure policy, and the JobSet for good
+        bad_env = {"containerName": "trainer", "operator": "In", "values": [contract.EXIT_BAD_ENV]}
+        assert job["podFailurePolicy"]["rules"] == [{"action": "FailJob", "onExitCodes": bad_env}]
+        assert policy["rules"] == [{"name": "pod_env_describes_no_world", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]
+        assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": [contract.JOBSET_REPLICATED_JOB]}
+        assert spec["ttlSecondsAfterFinished"] > 0
     else:
-        assert evaluation.workload.type == JOB
         assert spec["completionMode"] == "Indexed"
         assert spec["completions"] == spec["parallelism"] == nodes
         assert spec["ttlSecondsAfterFinished"] > 0
@@ -75,16 +95,20 @@ def test_workload_runs_one_pod_per_node(evaluation, nodes, kind):
 def test_headless_service_selects_the_pods_and_names_the_workload(evaluation, kind):
     service = evaluation.one(SERVICE).manifest
     workload = evaluation.workload.manifest
-    pod_labels = workload["spec"]["template"]["metadata"]["labels"]
     selector = service["spec"]["selector"]
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
-    assert selector and selector.items() <= pod_labels.items()
+    pod_labels = evaluation.pod_template["metadata"]["labels"]
     if kind == "statefulset":
         assert workload["spec"]["selector"]["matchLabels"] == selector
         assert workload["spec"]["serviceName"] == service["metadata"]["name"]
     else:
-        assert workload["spec"]["template"]["spec"]["subdomain"] == service["metadata"]["name"]
+        assert evaluation.pod_spec["subdomain"] == service["metadata"]["name"]
+    if kind == "jobset":
+        # JobSet's own network names the stack's Service, which exists first, so it makes none of its own
+        network = workload["spec"]["network"]
+        assert network == {"enableDNSHostnames": True, "subdomain": service["metadata"]["name"], "publishNotReadyAddresses": True}
+    assert selector and selector.items() <= pod_labels.items()
     for other in ("kubernetes:networking.k8s.io/v1:NetworkPolicy", "kubernetes:policy/v1:PodDisruptionBudget"):
         manifest = evaluation.one(other).manifest
         key = "podSelector" if "NetworkPolicy" in other else "selector"
@@ -121,8 +145,10 @@ def test_env_carries_the_contract_with_one_shape(evaluation, stack, nodes, kind)
     assert env["NNODES"]["value"] == str(nodes)
     assert env["NPROC_PER_NODE"]["value"] == str(procs)
     assert env["WORLD_SIZE"]["value"] == str(nodes * procs)
-    # the short form: the pods' search path completes it on a cluster of any domain
-    master = f"{workload['name']}-0.{service['name']}"
+    # the short form: the pods' search path completes it on a cluster of any domain; pod 0's
+    # hostname is <workload>-0, or under JobSet <jobset>-<replicated job>-<job index 0>-<pod index 0>
+    pod0 = f"{workload['name']}-node-0-0" if kind == "jobset" else f"{workload['name']}-0"
+    master = f"{pod0}.{service['name']}"
     assert env["MASTER_ADDR"]["value"] == master
     assert env["MASTER_PORT"]["value"] == str(service_port(evaluation))
     assert env["PET_RDZV_ENDPOINT"]["value"] == env["RDZV_ENDPOINT"]["value"] == f"{master}:{service_port(evaluation)}"
@@ -131,6 +157,7 @@ def test_env_carries_the_contract_with_one_shape(evaluation, stack, nodes, kind)
     rank_path = {
         "statefulset": f"metadata.labels['{contract.POD_INDEX_LABEL}']",
         "job": f"metadata.annotations['{contract.JOB_COMPLETION_INDEX_ANNOTATION}']",
+        "jobset": f"metadata.annotations['{contract.JOB_COMPLETION_INDEX_ANNOTATION}']",
     }[kind]
     assert env["NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == rank_path
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
@@ -224,8 +251,7 @@ def test_outputs_describe_the_world(evaluation, stack, nodes, kind):
     rank0 = f"{workload['name']}-0" if kind == "statefulset" else f"{contract.JOB_COMPLETION_INDEX_ANNOTATION}=0"
     assert rank0 in outputs["kubectlFollowRank0"]
     # where the run stands: `kubectl get job` prints Running, Complete or Failed
-    resource = "statefulset" if kind == "statefulset" else "job"
-    assert outputs["kubectlRunStatus"] == f"kubectl -n {workload['namespace']} get {resource} {workload['name']}"
+    assert outputs["kubectlRunStatus"] == f"kubectl -n {workload['namespace']} get {kind} {workload['name']}"
 
 
 @pulumi.runtime.test
@@ -253,7 +279,7 @@ def test_every_object_is_wired_and_labelled(evaluation):
         assert {"app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"} <= labels.keys()
         if resource.type not in (PVC, NAMESPACE):
             assert set(RECOMMENDED_LABELS) <= labels.keys(), resource.name
-    pod_labels = evaluation.workload.manifest["spec"]["template"]["metadata"]["labels"]
+    pod_labels = evaluation.pod_template["metadata"]["labels"]
     assert set(RECOMMENDED_LABELS) <= pod_labels.keys()
     namespace = evaluation.one("kubernetes:core/v1:Namespace")
     for resource in evaluation.registered:
@@ -263,9 +289,8 @@ def test_every_object_is_wired_and_labelled(evaluation):
 
 @pulumi.runtime.test
 def test_every_manifest_is_valid_kubernetes(evaluation):
-    for resource in evaluation.registered:
-        if resource.type.startswith("kubernetes:"):
-            kubernetes_validate.validate(resource.manifest, "1.31", strict=True)
+    for manifest in evaluation.kubernetes_manifests:
+        harness.validate_manifest(manifest)
 
 
 @pulumi.runtime.test
@@ -305,6 +330,7 @@ def test_same_resources_and_identical_claims_whatever_nodes(stack, kind):
         ("shmSize", "2Gi"),
         ("gpusPerNode", "4"),
         ("workload.kind", "job"),
+        ("workload.kind", "jobset"),
         ("workload.name", "renamed"),
         ("workload.waitForReady", "true"),
         ("rendezvous.port", "29600"),
@@ -356,7 +382,7 @@ def test_existing_claims_and_namespace_are_used_not_managed():
 
 
 @pytest.mark.parametrize("wait", [False, True])
-@pytest.mark.parametrize("kind", ["statefulset", "job"])
+@pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
 @pulumi.runtime.test
 def test_waiting_for_pods_is_a_choice(wait, kind):
     values = harness.with_path(harness.stack_file_config("dev"), "workload.waitForReady", str(wait).lower())
@@ -371,7 +397,11 @@ def test_waiting_for_pods_is_a_choice(wait, kind):
         assert workload.custom_timeouts == {"create": "45m", "update": "45m"}
     else:
         # accepted by its controller is enough: a Job's default await lasts until it completes
-        started = {"job": "jsonpath={.status.startTime}", "statefulset": "jsonpath={.status.observedGeneration}"}
+        started = {
+            "job": "jsonpath={.status.startTime}",
+            "statefulset": "jsonpath={.status.observedGeneration}",
+            "jobset": "jsonpath={.status.replicatedJobsStatus}",
+        }
         assert annotations["pulumi.com/waitFor"] == started[kind]
         assert workload.custom_timeouts == {}
 
@@ -393,9 +423,9 @@ def test_a_changed_workload_is_replaced_whole_after_the_old_world_is_gone(kind):
 def test_a_kind_switch_replaces_the_workload_after_the_old_kind_is_gone(kind):
     """Without an alias the new kind would be a new resource: created first, the old one deleted at
     the end of the update, two worlds on one /out/<run> in between. With it, a switch is a replace."""
-    other = {"job": STATEFULSET, "statefulset": JOB}[kind]
+    others = {TYPES[other] for other in TYPES if other != kind}
     workload = evaluated("dev", 2, kind).workload
-    assert other in workload.alias_types
+    assert others <= set(workload.alias_types)
     assert workload.delete_before_replace is True
 
 

@@ -4,7 +4,6 @@ rest, each reaching the pods, none touching what the program owns."""
 
 from __future__ import annotations
 
-import kubernetes_validate
 import pulumi
 import pytest
 
@@ -43,7 +42,7 @@ def evaluate(kind: str = "statefulset", **pod) -> harness.Evaluation:
 @pulumi.runtime.test
 def test_everything_reaches_the_pods_and_stays_valid_kubernetes(kind):
     evaluation = evaluate(kind, **EVERYTHING)
-    template = evaluation.workload.manifest["spec"]["template"]
+    template = evaluation.pod_template
     spec, trainer = template["spec"], evaluation.container
     assert spec["runtimeClassName"] == "nvidia"
     volumes = {volume["name"]: volume for volume in spec["volumes"]}
@@ -64,9 +63,9 @@ def test_everything_reaches_the_pods_and_stays_valid_kubernetes(kind):
     assert trainer["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "5"]}}}
     assert trainer["command"] == list(contract.ENTRYPOINT_COMMAND) and trainer["env"] == harness.evaluated("prod", 8, kind).container["env"]
     assert template["metadata"]["annotations"]["fluentbit.io/parser"] == "json"
-    assert template["metadata"]["labels"] == harness.evaluated("prod", 8, kind).workload.manifest["spec"]["template"]["metadata"]["labels"]
+    assert template["metadata"]["labels"] == harness.evaluated("prod", 8, kind).pod_template["metadata"]["labels"]
     for manifest in evaluation.kubernetes_manifests:
-        kubernetes_validate.validate(manifest, "1.31", strict=True)
+        harness.validate_manifest(manifest)
 
 
 @pulumi.runtime.test

@@ -49,6 +49,24 @@ def test_indexed_job_without_the_index_variable_uses_the_hostname():
     assert resolve_world(env, hostname="train-job-0").node_rank == 0
 
 
+def test_jobset_pod_uses_its_jobs_completion_index():
+    env = pod_env("train-node-0-1-x7k2p", 29500, kind=c.JOBSET, **{c.JOB_COMPLETION_INDEX: "1"})
+    world = resolve_world(env, hostname="train-node-0-1")
+    assert (world.node_rank, world.rank_source) == (1, c.JOB_COMPLETION_INDEX)
+
+
+def test_jobset_pod_without_the_index_variable_uses_the_hostnames_last_number():
+    """<jobset>-<replicated job>-<job index>-<pod index>: the job index is not the pod's."""
+    env = pod_env("train-node-0-3-abcde", 29500, nnodes=4, kind=c.JOBSET)
+    world = resolve_world(env, hostname="train-node-0-3")
+    assert (world.node_rank, world.rank_source) == (3, "hostname train-node-0-3")
+
+
+def test_jobset_pod_0s_name_is_its_jobs_pod_0():
+    assert c.master_dns_name("train", "train-rdzv", c.JOBSET) == "train-node-0-0.train-rdzv"
+    assert c.master_dns_name("train", "train-rdzv", c.INDEXED_JOB) == "train-0.train-rdzv"
+
+
 def test_timeouts_restarts_and_backends_come_from_the_env():
     env = pod_env("w-0", 29500, backend="static", **{
         c.RDZV_JOIN_TIMEOUT.name: "900", c.RDZV_READ_TIMEOUT.name: "300", c.RDZV_LAST_CALL_TIMEOUT.name: "45",
