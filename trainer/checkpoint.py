@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.durable import fsync_directory, write_text_atomically
+
 FORMAT = 3  # 3: sharded directories (torch.distributed.checkpoint); 2 was one torch.save file per step
 
 _RECORD = re.compile(r"^ckpt-(?P<step>[0-9]{8,})\.json$")
@@ -56,13 +58,8 @@ class CheckpointStore:
         files = {p.name: p.stat().st_size for p in sorted(shards.iterdir()) if p.is_file()}
         committed = {**record, "format": FORMAT, "step": step, "files": files}
         path = self._record_path(step)
-        temp = path.with_name(f".{path.name}{_TEMP_MARK}{os.getpid()}")
-        with open(temp, "w") as file:
-            file.write(json.dumps(committed, indent=1))
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-        _fsync_dir(self.directory)
+        write_text_atomically(path, json.dumps(committed, indent=1), path.with_name(f".{path.name}{_TEMP_MARK}{os.getpid()}"))
+        fsync_directory(self.directory)
         self._prune()
         return Checkpoint(step, shards, committed)
 
@@ -126,13 +123,4 @@ class CheckpointStore:
         for step in self._recorded_steps()[self.keep :]:
             self._record_path(step).unlink(missing_ok=True)  # the record first: the shards then no longer count
             shutil.rmtree(self.shards_of(step), ignore_errors=True)
-        _fsync_dir(self.directory)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Makes the rename itself durable: without it a power loss can forget the new name."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_directory(self.directory)

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from trainer.documents import DocumentSource
+from trainer.durable import fsync_directory, write_text_atomically
 
 FORMAT = 1  # bump when the layout or the joining of documents changes: old shards are then not used
 CACHE_FLAG = "--token-cache-dir"
@@ -132,22 +133,6 @@ def _write(shard: Shard, source: DocumentSource, tokenizer) -> None:
         os.fsync(out.fileno())
     os.replace(temp, shard.tokens_path)
     marker = {"format": FORMAT, "count": count, "dtype": dtype.name, "source": str(source.path), "tokenizer": tokenizer.identity}
-    _write_atomically(shard.marker_path, json.dumps(marker, indent=1))
-    _fsync_directory(shard.directory)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(temp, "w") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(temp, path)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    marker_path = shard.marker_path
+    write_text_atomically(marker_path, json.dumps(marker, indent=1), marker_path.with_name(f"{marker_path.name}.tmp-{os.getpid()}"))
+    fsync_directory(shard.directory)
