@@ -31,6 +31,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainer.checkpoint import CheckpointStore  # noqa: E402
 from trainer.sharded_checkpoint import AsyncCheckpointer  # noqa: E402
+from report import print_table  # noqa: E402  bench/report.py: the scripts run with bench/ on sys.path
 
 WIDTH = 512  # input and output width; the hidden width makes up the size
 
@@ -131,10 +132,7 @@ def main() -> None:
         ("old save blocks the loop / training step", f"{old_s / step_s:.2f}"),
         ("async save blocks the loop / training step (goal <= 1.0)", f"{new_s / step_s:.2f}"),
     ]
-    width = max(len(name) for name, _ in rows)
-    print(f"bench_checkpoint: {os.cpu_count()} CPUs, one thread, CPU/gloo, world of 1")
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value:>12}")
+    print_table(f"bench_checkpoint: {os.cpu_count()} CPUs, one thread, CPU/gloo, world of 1", rows)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from report import print_table  # bench/report.py: the scripts run with bench/ on sys.path
+
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = ["smoke", "--batch", "256", "--features", "128", "--classes", "4", "--lr", "3e-3", "--seed", "42"]
 
@@ -65,10 +67,8 @@ def main() -> None:
         ("training step (batch 256), world size 1", f"{step1 * 1e3:.2f} ms"),
         ("training step (batch 256), world size 2", f"{step2 * 1e3:.2f} ms"),
     ]
-    width = max(len(name) for name, _ in rows)
-    print(f"bench_trainer: {args.samples} samples, {args.epochs} epochs (first one excluded), {os.cpu_count()} CPUs, CPU/gloo")
-    for name, value in rows:
-        print(f"  {name:<{width}}  {value:>12}")
+    print_table(f"bench_trainer: {args.samples} samples, {args.epochs} epochs (first one excluded), {os.cpu_count()} CPUs, "
+                "CPU/gloo", rows)
 
 
 if __name__ == "__main__":

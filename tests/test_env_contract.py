@@ -51,11 +51,15 @@ def kubelet_env(env: list[dict[str, Any]], pod: dict[str, Any], secrets: dict[st
 def pod_of(world: InfraWorld, index: int, with_index_label: bool = True) -> tuple[dict[str, Any], str]:
     """A pod as Kubernetes makes it for the workload, and its hostname."""
     labels = dict(world.selector)
-    if world.workload_kind == contract.JOBSET:
-        # JobSet's pods are its Job's: the index as a Job pod's, hostname <jobset>-<replicated job>-<job index>-<index>.
-        job = f"{world.workload_name}-{contract.JOBSET_REPLICATED_JOB}-0"
-        labels.update({"jobset.sigs.k8s.io/jobset-name": world.workload_name, "jobset.sigs.k8s.io/job-index": "0",
-                       "jobset.sigs.k8s.io/replicatedjob-name": contract.JOBSET_REPLICATED_JOB})  # fmt: skip
+    if world.workload_kind in (contract.JOBSET, contract.INDEXED_JOB):
+        # Job pods: a random suffix in the name, the index in an annotation and in JOB_COMPLETION_INDEX,
+        # hostname <job>-<index> (the subdomain gives it its DNS name). JobSet's pods are its Job's,
+        # <jobset>-<replicated job>-<job index>.
+        job = world.workload_name
+        if world.workload_kind == contract.JOBSET:
+            job = f"{world.workload_name}-{contract.JOBSET_REPLICATED_JOB}-0"
+            labels.update({"jobset.sigs.k8s.io/jobset-name": world.workload_name, "jobset.sigs.k8s.io/job-index": "0",
+                           "jobset.sigs.k8s.io/replicatedjob-name": contract.JOBSET_REPLICATED_JOB})  # fmt: skip
         metadata = {
             "name": f"{job}-{index}-x7k2q",
             "namespace": world.namespace,
@@ -63,16 +67,6 @@ def pod_of(world: InfraWorld, index: int, with_index_label: bool = True) -> tupl
             "annotations": {contract.JOB_COMPLETION_INDEX_ANNOTATION: str(index)},
         }
         return {"metadata": metadata, "injected": {contract.JOB_COMPLETION_INDEX: str(index)}}, f"{job}-{index}"
-    if world.workload_kind == contract.INDEXED_JOB:
-        # Job pods: a random suffix in the name, the index in an annotation and in JOB_COMPLETION_INDEX,
-        # hostname <job>-<index> (the subdomain gives it its DNS name).
-        metadata = {
-            "name": f"{world.workload_name}-{index}-x7k2q",
-            "namespace": world.namespace,
-            "labels": labels,
-            "annotations": {contract.JOB_COMPLETION_INDEX_ANNOTATION: str(index)},
-        }
-        return {"metadata": metadata, "injected": {contract.JOB_COMPLETION_INDEX: str(index)}}, f"{world.workload_name}-{index}"
     if with_index_label:
         labels[contract.POD_INDEX_LABEL] = str(index)
     name = f"{world.workload_name}-{index}"

@@ -35,6 +35,14 @@ SERVICE = f"{WORKLOAD}-rdzv"
 NODES = int(DEV["nodes"])
 MASTER = f"{WORKLOAD}-0.{SERVICE}"
 TEST_DOMAIN = "ddp-infra.test"  # the test cluster's domain
+# 3 epochs of 32 steps of a 1M-parameter MLP in a world of 2, a checkpoint every 8: long enough to
+# lose pods (three times) after a checkpoint, short enough to finish.
+CHECKPOINT_EVERY = 8
+DISRUPTED_RUN = [
+    "-m", "trainer.train", "smoke", "--epochs", "3", "--batch", "256", "--samples", "16384", "--features", "512",
+    "--hidden", "2048", "--classes", "4", "--lr", "1e-3", "--seed", "7", "--checkpoint-every", str(CHECKPOINT_EVERY),
+    "--log-every", "8", "--pg-timeout", "60",
+]  # fmt: skip
 # The smoke task made long enough to look inside its pods while it trains.
 LONG_RUN = ["-m", "trainer.train", "smoke", "--epochs", "500", "--batch", "256", "--samples", "65536",
             "--features", "128", "--classes", "4", "--lr", "3e-3", "--seed", "42", "--checkpoint-every", "0"]  # fmt: skip

@@ -80,24 +80,29 @@ def jobset_dev_image(jobset_cluster):
     return _dev_image(jobset_cluster)
 
 
+@contextmanager
+def _stack_removed_after(cluster, root):
+    """The dev stack on `cluster`, deployed by the real engine where one is on PATH; removed after the
+    test, its retained claims and namespace included."""
+    stack = deployed_stack(cluster, root)
+    try:
+        yield stack
+    finally:
+        try:
+            stack.destroy()
+        finally:
+            delete_namespace(cluster, NAMESPACE)
+
+
 @pytest.fixture
 def dev_stack(cluster, dev_image, tmp_path):
-    """The dev stack, brought up and changed by the test (`up` with overrides), by the real engine
-    where one is on PATH; removed after, its retained claims and namespace included."""
-    stack = deployed_stack(cluster, tmp_path / "engine")
-    yield stack
-    try:
-        stack.destroy()
-    finally:
-        delete_namespace(cluster, NAMESPACE)
+    """The dev stack, brought up and changed by the test (`up` with overrides)."""
+    with _stack_removed_after(cluster, tmp_path / "engine") as stack:
+        yield stack
 
 
 @pytest.fixture
 def jobset_stack(jobset_cluster, tmp_path):
-    """The dev stack on the JobSet cluster (the test chooses workload.kind and the image), removed after."""
-    stack = deployed_stack(jobset_cluster, tmp_path / "engine")
-    yield stack
-    try:
-        stack.destroy()
-    finally:
-        delete_namespace(jobset_cluster, NAMESPACE)
+    """The dev stack on the JobSet cluster (the test chooses workload.kind and the image)."""
+    with _stack_removed_after(jobset_cluster, tmp_path / "engine") as stack:
+        yield stack

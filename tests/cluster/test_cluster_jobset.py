@@ -21,7 +21,8 @@ import pytest
 from trainer_testing import done_lines, same_result, uninterrupted_result
 
 from cluster_testing import (
-    NAMESPACE, SERVICE, WORKLOAD, DevStack, all_logs, delete_namespace, get, run_dir, wait_for, world_pods, world_running,
+    CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, WORKLOAD, DevStack, all_logs, delete_namespace,
+    get, run_dir, wait_for, world_pods, world_running,
 )  # fmt: skip
 from ddp_infra.workload import pod_template_of
 from trainer import contract
@@ -29,13 +30,6 @@ from trainer import contract
 pytestmark = pytest.mark.timeout(1500)
 
 JOBSET = {"workload__kind": contract.JOBSET}
-CHECKPOINT_EVERY = 8
-# As the world-lifecycle tests: long enough to lose a pod after a checkpoint, short enough to finish.
-RUN_ARGS = [
-    "-m", "trainer.train", "smoke", "--epochs", "3", "--batch", "256", "--samples", "16384", "--features", "512",
-    "--hidden", "2048", "--classes", "4", "--lr", "1e-3", "--seed", "7", "--checkpoint-every", str(CHECKPOINT_EVERY),
-    "--log-every", "8", "--pg-timeout", "60",
-]  # fmt: skip
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 
 

@@ -19,7 +19,7 @@ import pytest
 from trainer_testing import done_lines, same_result, uninterrupted_result
 
 from cluster_testing import (
-    NAMESPACE, WORKLOAD, all_logs, evict, get, job_condition, pod_name, pods, run_dir, wait_for, wait_for_world,
+    CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, all_logs, evict, get, job_condition, pod_name, pods, run_dir, wait_for, wait_for_world,
     world_pods,
 )  # fmt: skip
 from ddp_infra.claim_changes import ClaimChangeRefused
@@ -27,13 +27,6 @@ from trainer import contract
 
 pytestmark = pytest.mark.timeout(1500)
 
-CHECKPOINT_EVERY = 8
-# 3 epochs of 32 steps of a 1M-parameter MLP in a world of 2: long enough to be disrupted three times.
-RUN_ARGS = [
-    "-m", "trainer.train", "smoke", "--epochs", "3", "--batch", "256", "--samples", "16384", "--features", "512",
-    "--hidden", "2048", "--classes", "4", "--lr", "1e-3", "--seed", "7", "--checkpoint-every", str(CHECKPOINT_EVERY),
-    "--log-every", "8", "--pg-timeout", "60",
-]  # fmt: skip
 # Three pods of the dev stack on the node's two CPUs.
 SMALL_PODS = {"resources__requests__cpu": "500m"}
 
