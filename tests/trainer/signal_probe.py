@@ -5,7 +5,9 @@ sends itself PROBE_SIGNAL (SIGTERM by default, or SIGKILL) in the forward pass o
 training step: a SIGTERM stops the world after step n with a checkpoint, a SIGKILL ends the
 process after step n-1 and leaves what the last checkpoint and the logs held. With
 PROBE_AWAIT_MLFLOW=1 the signal waits (at most 120 s) until the run's MLflow run has every step
-before n, so that it lands after the server got what this start logged.
+before n, so that it lands after the server got what this start logged; with
+PROBE_AWAIT_CHECKPOINT=<step> it waits (at most 120 s) until that step's checkpoint is committed,
+since checkpoints are written in the background and a signal before the commit finds none.
 """
 
 from __future__ import annotations
@@ -35,10 +37,20 @@ def make_task(args):
             if forwards == at:
                 if os.environ.get("PROBE_AWAIT_MLFLOW"):
                     await_mlflow(args.out_dir / args.run_name, step=at - 1)
+                if checkpoint := os.environ.get("PROBE_AWAIT_CHECKPOINT"):
+                    await_file(args.out_dir / args.run_name / "checkpoints" / f"ckpt-{int(checkpoint):08d}.json")
                 os.kill(os.getpid(), signum)
 
     task.model.register_forward_pre_hook(count_training_steps)
     return task
+
+
+def await_file(path: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {path} within 120 s")
+        time.sleep(0.05)
 
 
 def await_mlflow(run_dir: Path, step: int) -> None:

@@ -204,7 +204,7 @@ def test_a_run_stopped_by_sigterm_resumes_its_events_and_mlflow_run_without_dupl
     assert mlflow.run(run_id)["info"]["status"] == "KILLED"
 
     again = run_world(spawn, tmp_path, "resumed", world=2, expected=0, **extra)
-    assert "[CKPT] resumed from ckpt-00000005.pt" in again
+    assert "[CKPT] resumed from ckpt-00000006:" in again  # SIGTERM in step 5, answered at the next sync (--log-every 3)
     assert stored_run_id(run) == run_id and len(mlflow.runs_of("stopped-runs")) == 1
     assert mlflow.run(run_id)["info"]["status"] == "FINISHED"
 
@@ -222,7 +222,7 @@ def test_steps_redone_after_a_crash_are_shown_once_with_the_resumed_figures(spaw
     """SIGKILL in step 8 with a checkpoint at step 4: steps 5-7 were logged, and are trained again."""
     args = [*ARGS, "--log-every", "1"]  # the later flag wins
     extra = dict(MLFLOW_TRACKING_URI=mlflow.uri, MLFLOW_EXPERIMENT_NAME="crashed-runs")
-    crash = dict(PROBE_SIGNAL_AT="8", PROBE_SIGNAL="SIGKILL", PROBE_AWAIT_MLFLOW="1")
+    crash = dict(PROBE_SIGNAL_AT="8", PROBE_SIGNAL="SIGKILL", PROBE_AWAIT_MLFLOW="1", PROBE_AWAIT_CHECKPOINT="4")
     procs = start_world(spawn, tmp_path, "crashed", 1, args, **crash, **extra)
     assert procs[0].wait(120) == -signal.SIGKILL, procs[0].text()[-3000:]
     crashed = train_lines(procs[0].text())
@@ -233,7 +233,7 @@ def test_steps_redone_after_a_crash_are_shown_once_with_the_resumed_figures(spaw
     procs = start_world(spawn, tmp_path, "resumed", 1, args, **extra)
     assert procs[0].wait(120) == 0, procs[0].text()[-3000:]
     resumed = train_lines(procs[0].text())
-    assert "[CKPT] resumed from ckpt-00000004.pt" in procs[0].text()
+    assert "[CKPT] resumed from ckpt-00000004:" in procs[0].text()
     assert sorted(resumed) == list(range(5, STEPS[1] + 1))
 
     older, newer = event_files(run)
