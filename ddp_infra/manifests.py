@@ -128,21 +128,19 @@ def service_account_manifest(world: World) -> dict[str, Any]:
 def hf_token_secret_manifest(world: World, token: Any) -> dict[str, Any]:
     """`token` is the secret Output, placed as it is: its value never passes through here."""
     assert world.hf_token_secret_name, "no token configured"
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": _metadata(world, world.hf_token_secret_name, "hf-token"),
-        "type": "Opaque",
-        "stringData": {HF_TOKEN_SECRET_KEY: token},
-    }
+    return _opaque_secret(world, world.hf_token_secret_name, "hf-token", {HF_TOKEN_SECRET_KEY: token})
 
 
 def env_secret_manifest(world: World, values: dict[str, Any]) -> dict[str, Any]:
     """`values` are secret Outputs by env var name, placed as they are; each name is also its key."""
+    return _opaque_secret(world, world.env_secret_name, "secret-env", dict(values))
+
+
+def _opaque_secret(world: World, name: str, component: str, string_data: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(world, world.env_secret_name, "secret-env"),
+        "metadata": _metadata(world, name, component),
         "type": "Opaque",
-        "stringData": dict(values),
+        "stringData": string_data,
     }
