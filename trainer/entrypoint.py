@@ -25,9 +25,9 @@ from typing import Mapping, Sequence
 from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED, EXIT_TERMINATED
 from trainer.launch import ArgsError, torchrun_argv, torchrun_env
 from trainer.preflight import preflight
-from trainer.world import World, WorldError, resolve_world
+from trainer.pod_env import PodWorld, WorldError, resolve_world
 
-__all__ = ["World", "WorldError", "resolve_world", "torchrun_argv", "main"]
+__all__ = ["PodWorld", "WorldError", "resolve_world", "torchrun_argv", "main"]
 
 
 class Terminated(BaseException):  # not an Exception: nothing in the preflight may swallow it

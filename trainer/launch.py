@@ -1,4 +1,4 @@
-"""The torchrun command line for a resolved World. Pure: no I/O, no torch."""
+"""The torchrun command line for a resolved PodWorld. Pure: no I/O, no torch."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 from typing import Mapping, Sequence
 
 from trainer import contract as c
-from trainer.world import World
+from trainer.pod_env import PodWorld
 
 # torchrun options that shape the world: the entrypoint sets them from the pod env, so a user
 # argument repeating one would silently disagree with NNODES / WORLD_SIZE.
@@ -30,7 +30,7 @@ class ArgsError(ValueError):
 
 
 def torchrun_argv(
-    world: World, user_args: Sequence[str], local_addr: str | None = None, python: str = sys.executable
+    world: PodWorld, user_args: Sequence[str], local_addr: str | None = None, python: str = sys.executable
 ) -> list[str]:
     """`python -m torch.distributed.run <world flags> <user args>`; user args pass through verbatim.
 
@@ -59,7 +59,7 @@ def torchrun_argv(
     return argv + list(user_args)
 
 
-def torchrun_env(world: World, env: Mapping[str, str]) -> dict[str, str]:
+def torchrun_env(world: PodWorld, env: Mapping[str, str]) -> dict[str, str]:
     """The pod env with the resolved node rank written in, and a fresh worker store per restart.
 
     torchrun parses PET_NODE_RANK as the default of --node-rank whatever the backend, and the
@@ -78,7 +78,7 @@ def torchrun_env(world: World, env: Mapping[str, str]) -> dict[str, str]:
     return run_env
 
 
-def _rdzv_conf(world: World) -> dict[str, int]:
+def _rdzv_conf(world: PodWorld) -> dict[str, int]:
     t = world.timeouts
     if world.rdzv_backend == "static":
         return {"timeout": t.join}  # the static backend's only timeout: waiting for all nodes

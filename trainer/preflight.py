@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from trainer import contract as c
-from trainer.world import World, parse_endpoint
+from trainer.pod_env import PodWorld, parse_endpoint
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 MIN_SHM_BYTES = 1 << 30  # DataLoader workers and NCCL's intra-node transport both live in /dev/shm
@@ -276,7 +276,7 @@ class Preflight:
         return [check.name for check in self.checks if check.status == FAIL]
 
 
-def preflight(world: World, env: Mapping[str, str], wait_s: float, log: Callable[[str], None] = print) -> Preflight:
+def preflight(world: PodWorld, env: Mapping[str, str], wait_s: float, log: Callable[[str], None] = print) -> Preflight:
     """All checks for this pod, and what they chose for torchrun."""
     host, port = parse_endpoint(world.rdzv_endpoint)
     checks = []

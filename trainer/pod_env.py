@@ -1,4 +1,4 @@
-"""Turns what Kubernetes gives a pod (its env and hostname) into the torchrun world.
+"""The torchrun world one pod is in (PodWorld), from what Kubernetes gives the pod: its env and hostname.
 
 Pure: no I/O, no torch. Two schemes are understood:
 - the contract scheme (trainer/contract.py), which the Pulumi program emits;
@@ -58,7 +58,7 @@ class Timeouts:
 
 
 @dataclass(frozen=True)
-class World:
+class PodWorld:
     node_rank: int
     nnodes: int
     nproc_per_node: int
@@ -186,14 +186,14 @@ def parse_endpoint(value: str) -> tuple[str, int] | None:
     return host, int(port)
 
 
-def resolve_world(env: Mapping[str, str], hostname: str) -> World:
+def resolve_world(env: Mapping[str, str], hostname: str) -> PodWorld:
     """The world this pod belongs to, from its env and hostname alone; raises WorldError."""
     if c.NNODES.name not in env and c.LEGACY_POD_NUMS in env:
         return _resolve_seed000(env, hostname)
     return _resolve_contract(env, hostname)
 
 
-def _resolve_contract(env: Mapping[str, str], hostname: str) -> World:
+def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
     r = _Reader(env)
     for name in c.REQUIRED:
         r.text(name)
@@ -228,7 +228,7 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> World:
     _check_mirrors(r, env, endpoint)
     if r.problems:
         raise WorldError(r.problems)
-    return World(
+    return PodWorld(
         node_rank=node_rank, nnodes=nnodes, nproc_per_node=nproc, world_size=world_size,
         master_addr=master_addr, master_port=master_port, rdzv_backend=backend, rdzv_id=rdzv_id,
         rdzv_endpoint=endpoint, timeouts=timeouts, max_restarts=max_restarts, master_wait_timeout=wait,
@@ -296,7 +296,7 @@ def _check_mirrors(r: _Reader, env: Mapping[str, str], endpoint: str | None) -> 
         r.problem(c.PET_RDZV_ENDPOINT.name, pet_endpoint, f"the rendezvous endpoint {endpoint!r}")
 
 
-def _resolve_seed000(env: Mapping[str, str], hostname: str) -> World:
+def _resolve_seed000(env: Mapping[str, str], hostname: str) -> PodWorld:
     """Seed 000's platform: pod 0 of `<JOB_NAME or POD_NAME minus ordinal>` behind SVC_NAME is the master."""
     r = _Reader(env)
     nnodes = r.integer(c.LEGACY_POD_NUMS, 1)
@@ -329,7 +329,7 @@ def _resolve_seed000(env: Mapping[str, str], hostname: str) -> World:
     if r.problems:
         raise WorldError(r.problems)
     rdzv_id = re.sub(r"[^A-Za-z0-9._-]", "-", f"{namespace}-{workload}")
-    return World(
+    return PodWorld(
         node_rank=node_rank, nnodes=nnodes, nproc_per_node=nproc, world_size=nnodes * nproc,
         master_addr=master, master_port=port, rdzv_backend="c10d", rdzv_id=rdzv_id,
         rdzv_endpoint=f"{master}:{port}",

@@ -6,7 +6,7 @@ import pytest
 from trainer_testing import pod_env
 
 from trainer import contract as c
-from trainer.entrypoint import World, WorldError, resolve_world
+from trainer.entrypoint import PodWorld, WorldError, resolve_world
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -94,7 +94,7 @@ def test_only_node_zero_of_c10d_and_static_hosts_the_rendezvous():
 
 def test_world_is_frozen():
     world = resolve_world(pod_env("w-0", 1), "w-0")
-    assert isinstance(world, World)
+    assert isinstance(world, PodWorld)
     with pytest.raises(AttributeError):
         world.node_rank = 1
 
