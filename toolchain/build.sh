@@ -6,7 +6,9 @@
 #   - the Kubernetes resource provider, at the `pulumi-kubernetes==` pin, installed as a plugin;
 #   - kube-apiserver and etcd, a real API server for tests (toolchain/apiserver.py);
 #   - the test cluster's other components (toolchain/cluster.py): the kubelet, controller-manager,
-#     scheduler, kube-proxy, CoreDNS, and the JobSet controller with its module's manifests;
+#     scheduler, kube-proxy, CoreDNS, and the JobSet and Kueue controllers with their modules'
+#     manifests;
+#   - Volcano's CRDs (its scheduler is not built), for the schema checks of a Volcano stack;
 #   - actionlint, the linter the tests run on .github/workflows.
 # A Pulumi CLI, language host or provider already on PATH (the official installer's, a build of
 # one's own) is linked instead of built, a CLI when it is at least the SDK's minimum version.
@@ -41,8 +43,13 @@ coredns_version=1.14.7
 actionlint_version=1.7.12
 # The JobSet controller, an add-on of the test cluster (`workload.kind: jobset`).
 jobset_version=0.11.0
+# The Kueue controller, an add-on of the test cluster (`scheduling.gang.scheduler: kueue`): the
+# newest release the proxy serves (it refuses 0.13 and 0.14).
+kueue_version=0.12.3
+# Volcano's CRDs (`scheduling.gang.scheduler: volcano`): the only release of its module the proxy serves.
+volcano_version=1.10.0
 
-bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version-jobset-$jobset_version
+bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version-jobset-$jobset_version-kueue-$kueue_version-volcano-$volcano_version
 if [ "${1:-}" = --bin-dir ]; then
   echo "$bin_dir"
   exit 0
@@ -59,6 +66,8 @@ etcd_dir=$cache/etcd-v$etcd_version
 coredns_dir=$cache/coredns-v$coredns_version
 actionlint_dir=$cache/actionlint-v$actionlint_version
 jobset_dir=$cache/jobset-v$jobset_version
+kueue_dir=$cache/kueue-v$kueue_version
+volcano_dir=$cache/volcano-crds-v$volcano_version
 logs=$cache/logs
 mkdir -p "$bin_dir" "$logs"
 
@@ -159,17 +168,28 @@ build_actionlint() {
     -ldflags "-X github.com/rhysd/actionlint.version=$actionlint_version"
 }
 
-# The manager binary, and the module's own manifests (config/: CRDs, RBAC, webhooks) with the
-# default install rendered from them, which the test cluster takes its objects from.
-build_jobset() {
-  local module=sigs.k8s.io/jobset src
+# build_controller BINARY MODULE MAIN_PACKAGE VERSION: the manager binary, and the module's own
+# manifests (config/: CRDs, RBAC, webhooks) with the default install rendered from them, which the
+# test cluster takes its objects from (toolchain/controller_addon.py).
+build_controller() {
+  local binary=$1 module=$2 main=$3 version=$4 src
   export CGO_ENABLED=0
-  wrapped_build jobset-manager "$module" "$module@v$jobset_version" "" \
-    -ldflags "-X $module/pkg/version.GitVersion=v$jobset_version"
-  src=$(module_dir "$module@v$jobset_version")
+  wrapped_build "$binary" "$main" "$module@v$version" "" -ldflags "-X $module/pkg/version.GitVersion=v$version"
+  src=$(module_dir "$module@v$version")
   cp -r "$src/config" out/config
   chmod -R u+w out/config
   kubectl kustomize out/config/default >out/install.yaml
+}
+
+build_jobset() { build_controller jobset-manager sigs.k8s.io/jobset sigs.k8s.io/jobset "$jobset_version"; }
+build_kueue() { build_controller kueue-manager sigs.k8s.io/kueue sigs.k8s.io/kueue/cmd/kueue "$kueue_version"; }
+
+# Volcano's scheduling CRDs (PodGroup, Queue), from its module.
+build_volcano_crds() {
+  local src
+  src=$(module_dir "volcano.sh/volcano@v$volcano_version")
+  mkdir out
+  cp "$src"/config/crd/volcano/bases/scheduling.volcano.sh_{podgroups,queues}.yaml out/
 }
 
 # Is version $1 at least $2 (semver order, as sort -V sees it)?
@@ -297,6 +317,10 @@ component actionlint "$actionlint_dir" build_actionlint
 link "$actionlint_dir/actionlint" actionlint
 component jobset "$jobset_dir" build_jobset
 link "$jobset_dir/jobset-manager" jobset-manager
+component kueue "$kueue_dir" build_kueue
+link "$kueue_dir/kueue-manager" kueue-manager
+component volcano-crds "$volcano_dir" build_volcano_crds
+link "$volcano_dir" volcano-crds
 
 # The engine takes the provider from its plugin directory, so it never tries to download one.
 if [ -x "$bin_dir/pulumi" ] && [ -x "$provider_dir/pulumi-resource-kubernetes" ]; then

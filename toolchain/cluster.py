@@ -8,13 +8,15 @@
     with LocalCluster("test") as cluster:
         cluster.kubectl("get", "nodes")
     LocalCluster("jobs", addons=("jobset",))   # with the JobSet controller (toolchain/jobset.py)
+    LocalCluster("queues", addons=("kueue",))  # with the Kueue controller (toolchain/kueue.py)
 
 Every part comes from this machine: etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, kubelet and kube-proxy (one Kubernetes version) and CoreDNS built from Go
 modules by toolchain/build.sh; containerd, runc and the CNI plugins from Debian; the pause and
 trainer images from toolchain/images.sh, imported into containerd (there is no registry).
-Add-ons (`addons=`, `up --addon`): the JobSet controller, also built by toolchain/build.sh, run
-as a process beside CoreDNS (toolchain/jobset.py says why and how).
+Add-ons (`addons=`, `up --addon`): the JobSet and Kueue controllers, also built by
+toolchain/build.sh, each run as a process beside CoreDNS (toolchain/controller_addon.py says why
+and how).
 
 Isolation: the whole cluster lives in a network namespace and a mount namespace of its own,
 held open by one `unshare` process that every daemon is entered into (`nsenter`). Inside, the
@@ -52,7 +54,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterable
 
-from toolchain import jobset
+from toolchain.controller_addon import ControllerAddOn
+from toolchain.jobset import JOBSET
+from toolchain.kueue import KUEUE
 from toolchain.apiserver import find_tool, free_port, tool_dir
 
 HERE = Path(__file__).resolve().parent
@@ -69,8 +73,9 @@ LOCAL_STORAGE_CLASS = "local"
 # Released volumes are not reused (Retain, as a cloud disk would be kept): one per claim a test suite makes.
 PERSISTENT_VOLUMES = 32
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns")
-# Optional controllers, each a binary of the toolchain started with the cluster.
-ADDONS = {"jobset": jobset.MANAGER}
+# Optional controllers, each a binary of the toolchain started with the cluster, in this order
+# (Kueue manages JobSets when JobSet's CRD is there when it starts).
+ADDONS: dict[str, ControllerAddOn] = {addon.name: addon for addon in (JOBSET, KUEUE)}
 
 
 class ClusterError(RuntimeError):
@@ -226,7 +231,7 @@ class LocalCluster:
     def start(self) -> "LocalCluster":
         began = time.monotonic()
         self.stop()  # whatever a crashed earlier run left
-        binaries = {c: find_tool(c, self.bin_dir) for c in (*COMPONENTS, *(ADDONS[a] for a in self.addons))}
+        binaries = {c: find_tool(c, self.bin_dir) for c in (*COMPONENTS, *(ADDONS[a].manager for a in self.addons))}
         images = self._wanted_images()
         for ref, tar in images.values():
             if not tar.is_file():
@@ -258,8 +263,9 @@ class LocalCluster:
             self._wait(self._node_ready, deadline, f"node {self.node_name} Ready")
             self._wait(self._dns_ready, deadline, "CoreDNS ready")
             self._wait(self._default_service_account, deadline, "the default ServiceAccount (controllers running)")
-            if "jobset" in self.addons:
-                self._start_jobset(binaries[jobset.MANAGER], deadline)
+            for addon in ADDONS.values():
+                if addon.name in self.addons:
+                    self._start_addon(addon, binaries[addon.manager], deadline)
         except BaseException:
             self._dump_logs()
             self.stop()
@@ -303,7 +309,7 @@ class LocalCluster:
             _wait_gone([holder], 10)
         self._remove_cgroups()
         if self._made_dirs.exists():
-            for directory in json.loads(self._made_dirs.read_text()):
+            for directory in reversed(json.loads(self._made_dirs.read_text())):
                 try:
                     Path(directory).rmdir()
                 except FileNotFoundError:
@@ -500,13 +506,19 @@ class LocalCluster:
         # /var/lib/kubelet and /var/lib/cni must exist as mount points (a tmpfs over /var/lib would
         # hide the machine's package state from the daemons): a directory made for that is
         # recorded, and removed again at stop.
-        made = json.loads(self._made_dirs.read_text()) if self._made_dirs.exists() else []
         for target, source in (("/var/lib/kubelet", kubelet_dir), ("/var/lib/cni", cni_dir)):
-            if not Path(target).exists():
-                Path(target).mkdir()
-                made.append(target)
-                self._made_dirs.write_text(json.dumps(made))
-            self._nsenter_script(f"mount --bind {source} {target}")
+            self._bind_mount(source, target)
+
+    def _bind_mount(self, source: Path, target: str) -> None:
+        """`source` at `target` inside the cluster's mount namespace. The directories made on the machine
+        for the mount point are recorded, and removed again at stop, deepest first."""
+        made = json.loads(self._made_dirs.read_text()) if self._made_dirs.exists() else []
+        missing = [path for path in (Path(target), *Path(target).parents) if not path.exists()]
+        for directory in reversed(missing):
+            directory.mkdir()
+            made.append(str(directory))
+            self._made_dirs.write_text(json.dumps(made))
+        self._nsenter_script(f"mount --bind {source} {target}")
 
     def _nsenter_script(self, script: str) -> None:
         proc = self.in_namespace("sh", "-c", script)
@@ -550,7 +562,7 @@ class LocalCluster:
             "kubelet": (f"system:node:{self.node_name}", "system:nodes"),
             "kube-proxy": ("system:kube-proxy", ""),
             "coredns": ("ddp-infra:coredns", ""),
-            **({"jobset": (jobset.USER, "")} if "jobset" in self.addons else {}),
+            **{name: (ADDONS[name].user, "") for name in self.addons},
         }
         self._tokens = {key: secrets.token_hex(16) for key in identities}
         lines = [f'{self._tokens[key]},{user},{user},"{group}"' for key, (user, group) in identities.items()]
@@ -800,27 +812,30 @@ state = "/run/containerd"
 
     # --- add-ons ----------------------------------------------------------------------------------
 
-    def _start_jobset(self, binary: str, deadline: float) -> None:
-        """The JobSet controller as a process beside CoreDNS; see toolchain/jobset.py for why."""
-        install = jobset.install_manifests(binary)
-        pki, home = self.run_dir / "pki", self.run_dir / "jobset"
+    def _start_addon(self, addon: ControllerAddOn, binary: str, deadline: float) -> None:
+        """A controller as a process beside CoreDNS; see toolchain/controller_addon.py for why."""
+        install = addon.install_manifests(binary)
+        pki, home = self.run_dir / "pki", self.run_dir / addon.name
         certs = home / "certs"
         certs.mkdir(parents=True)
         # controller-runtime's webhook server reads tls.crt and tls.key from its certDir.
-        (pki / "jobset-webhook.ext").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
-        self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(certs / "tls.key"), "-out", "jobset-webhook.csr",
-                      "-subj", "/CN=jobset-webhook")
-        self._openssl("x509", "-req", "-in", "jobset-webhook.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                      "-days", "30", "-out", str(certs / "tls.crt"), "-extfile", "jobset-webhook.ext")
-        (home / "config.json").write_text(jobset.manager_configuration(certs))
-        # The CRD is larger than client-side apply's annotation allows: server-side apply.
-        self._apply_server_side(jobset.api_objects(install))
-        # A manager started before its CRD is served waits on its informers until it gives up.
-        self._wait(lambda: self._crd_established(jobset.CRD), deadline, f"CRD {jobset.CRD} established")
-        self._spawn(jobset.MANAGER, [binary, "--config", str(home / "config.json"), "--kubeconfig", str(pki / "jobset.kubeconfig")])
-        self._wait(lambda: self._probe_ok(f"http://127.0.0.1:{jobset.HEALTH_PORT}/readyz"), deadline, "the JobSet manager's /readyz")
-        self._apply_server_side(jobset.webhook_configurations(install, (pki / "ca.crt").read_bytes()))
-        self._wait(self._jobset_webhooks_answer, deadline, "JobSet's webhooks answering the API server")
+        (pki / f"{addon.name}-webhook.ext").write_text("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+        self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(certs / "tls.key"), "-out", f"{addon.name}-webhook.csr",
+                      "-subj", f"/CN={addon.name}-webhook")
+        self._openssl("x509", "-req", "-in", f"{addon.name}-webhook.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                      "-days", "30", "-out", str(certs / "tls.crt"), "-extfile", f"{addon.name}-webhook.ext")
+        (home / "config.json").write_text(addon.manager_configuration(certs, self.addons))
+        for directory in addon.fixed_cert_dirs:
+            self._bind_mount(certs, directory)
+        # The CRDs are larger than client-side apply's annotation allows: server-side apply.
+        self._apply_server_side(addon.api_objects(install))
+        # A manager started before its CRDs are served waits on its informers until it gives up.
+        for crd in addon.crds:
+            self._wait(lambda: self._crd_established(crd), deadline, f"CRD {crd} established")
+        self._spawn(addon.manager, [binary, "--config", str(home / "config.json"), "--kubeconfig", str(pki / f"{addon.name}.kubeconfig")])
+        self._wait(lambda: self._probe_ok(f"http://127.0.0.1:{addon.health_port}/readyz"), deadline, f"the {addon.manager}'s /readyz")
+        self._apply_server_side(addon.webhook_configurations(install, (pki / "ca.crt").read_bytes()))
+        self._wait(lambda: self._webhooks_answer(addon), deadline, f"{addon.name}'s webhooks answering the API server")
 
     def _apply_server_side(self, objects: list[dict[str, Any]]) -> None:
         self.kubectl("apply", "--server-side", "--field-manager=ddp-infra-cluster", "-f", "-",
@@ -835,9 +850,9 @@ state = "/run/containerd"
         probe = f"import urllib.request; urllib.request.urlopen('{url}', timeout=2)"
         return self.in_namespace(sys.executable, "-c", probe, timeout=10).returncode == 0
 
-    def _jobset_webhooks_answer(self) -> bool:
-        out = self.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(jobset.PROBE), check=False)
-        return out.returncode == 0 and jobset.webhooks_answer(out.stdout)
+    def _webhooks_answer(self, addon: ControllerAddOn) -> bool:
+        out = self.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(addon.probe), check=False)
+        return out.returncode == 0 and addon.probe_answered(json.loads(out.stdout))
 
     def _node_ready(self) -> bool:
         out = self.kubectl("get", "node", self.node_name, "-o", "json", check=False)
