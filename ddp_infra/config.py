@@ -421,6 +421,36 @@ def _check_affinity(value: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]
     return value
 
 
+GANG_SCHEDULERS = ("none", "kueue", "volcano")
+
+
+class GangConfig(_Model):
+    """Gang admission: the whole world is admitted at once, or none of it (ddp_infra/gang.py)."""
+
+    scheduler: Literal[GANG_SCHEDULERS] = Field(  # type: ignore[valid-type]
+        "none",
+        description="none (pods are scheduled one by one), kueue (the workload waits suspended in a Kueue LocalQueue until its whole quota is free; kinds job and jobset) or volcano (Volcano's scheduler binds all the pods of a PodGroup of minMember = nodes, or none).",
+    )
+    queue: Optional[DnsLabel] = Field(
+        None, description="kueue: the LocalQueue in the stack's namespace (required); volcano: the Queue (unset: Volcano's default)."
+    )
+    workload_priority_class: Optional[DnsSubdomain] = Field(
+        None, description="kueue: a WorkloadPriorityClass, the world's priority in its queue (the pods keep scheduling.priorityClassName)."
+    )
+
+    @model_validator(mode="after")
+    def _scheduler_has_what_it_needs(self) -> "GangConfig":
+        if self.scheduler == "kueue" and not self.queue:
+            raise _field_problem(("queue",), "the name of a LocalQueue in the stack's namespace (required with scheduler kueue)", None)
+        if self.scheduler == "none" and self.queue:
+            raise _field_problem(("queue",), "unset with scheduler none (set scheduler to kueue or volcano)", self.queue)
+        if self.scheduler != "kueue" and self.workload_priority_class:
+            raise _field_problem(
+                ("workloadPriorityClass",), "unset unless scheduler is kueue (a Kueue WorkloadPriorityClass)", self.workload_priority_class
+            )
+        return self
+
+
 class SchedulingConfig(_Model):
     node_selector: dict[LabelKey, LabelValue] = Field({}, description="Pod nodeSelector.")
     tolerations: tuple[Toleration, ...] = Field((), description="Pod tolerations.")
@@ -429,6 +459,7 @@ class SchedulingConfig(_Model):
     )
     priority_class_name: Optional[DnsSubdomain] = Field(None, description="PriorityClass of the pods.")
     topology_spread: TopologySpreadConfig = Field(TopologySpreadConfig(), description="Topology spread of the pods.")
+    gang: GangConfig = Field(GangConfig(), description="Gang admission of the whole world: Kueue or Volcano.")
 
 
 # --- the escape hatch: what the program does not model, validated all the same ------------------
@@ -777,6 +808,13 @@ def _cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
                 _full_key(["workload", "name"]), repr(name),
                 f"with kind jobset, a name that starts with a letter and has at most {63 - fixed} characters at nodes={nodes} "
                 f"(its pods are named <name>-{contract.JOBSET_REPLICATED_JOB}-0-<index>-<5 random>, at most 63)",
+            ))
+    if have("workload", "scheduling") and valid["scheduling"].gang.scheduler == "kueue":
+        if valid["workload"].kind == contract.STATEFULSET:
+            problems.append(Problem(
+                _full_key(["scheduling", "gang", "scheduler"]), repr("kueue"),
+                "none or volcano with workload.kind statefulset (Kueue admits a Job or a JobSet as one workload; "
+                "set workload.kind to job or jobset)",
             ))
     if have("network", "annotations") and valid["network"].secondary_networks:
         if SECONDARY_NETWORKS_ANNOTATION in valid["annotations"]:

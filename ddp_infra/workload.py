@@ -10,6 +10,7 @@ from typing import Any
 
 from trainer import contract
 
+from . import gang
 from .pod_patch import apply_pod_extras
 from .config import GPU_RESOURCE, SECONDARY_NETWORKS_ANNOTATION, SHM_VOLUME, TMP_VOLUME, StackConfig, parse_quantity
 from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, RENDEZVOUS_PORT_NAME, WAIT_FOR_ANNOTATION, World
@@ -19,6 +20,12 @@ from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, RENDEZVOUS_PORT_NAME, WA
 ACCEPTED = {
     contract.STATEFULSET: "jsonpath={.status.observedGeneration}",
     contract.INDEXED_JOB: "jsonpath={.status.startTime}",
+    contract.JOBSET: "jsonpath={.status.replicatedJobsStatus}",
+}
+# A Job or JobSet that waits suspended in a Kueue queue has neither until Kueue admits it, which
+# may take hours: `up` waits for what its controller writes to a suspended one.
+ACCEPTED_SUSPENDED = {
+    contract.INDEXED_JOB: "jsonpath={.status.conditions}",
     contract.JOBSET: "jsonpath={.status.replicatedJobsStatus}",
 }
 TMP_MOUNT = contract.TMP_MOUNT
@@ -241,8 +248,10 @@ def pod_template(config: StackConfig, world: World) -> dict[str, Any]:
         spec["restartPolicy"] = "Never"
         # Job pods get <job>-<index> as hostname; the subdomain gives them the DNS name MASTER_ADDR uses.
         spec["subdomain"] = world.service_name
+    gang_spec, gang_annotations = gang.pod_scheduling(config, world)
+    spec.update(gang_spec)
     metadata: dict[str, Any] = {"labels": world.labels(CONTAINER_NAME)}
-    annotations = {**world.extra_annotations, **pod_network_annotations(config)}
+    annotations = {**world.extra_annotations, **pod_network_annotations(config), **gang_annotations}
     if annotations:
         metadata["annotations"] = annotations
     return apply_pod_extras({"metadata": metadata, "spec": spec}, config)
@@ -257,11 +266,12 @@ def pod_network_annotations(config: StackConfig) -> dict[str, str]:
 def workload_metadata(config: StackConfig, world: World) -> dict[str, Any]:
     annotations = dict(world.extra_annotations)
     if not config.workload.wait_for_ready:
-        annotations[WAIT_FOR_ANNOTATION] = ACCEPTED[world.workload_kind]
+        accepted = ACCEPTED_SUSPENDED if gang.starts_suspended(config) else ACCEPTED
+        annotations[WAIT_FOR_ANNOTATION] = accepted[world.workload_kind]
     metadata: dict[str, Any] = {
         "name": world.workload_name,
         "namespace": world.namespace,
-        "labels": world.labels(CONTAINER_NAME),
+        "labels": {**world.labels(CONTAINER_NAME), **gang.workload_labels(config)},
     }
     if annotations:
         metadata["annotations"] = annotations
@@ -299,8 +309,13 @@ def job_manifest(config: StackConfig, world: World) -> dict[str, Any]:
             "podReplacementPolicy": "Failed",
             "podFailurePolicy": {"rules": _pod_failure_rules()},
             "template": pod_template(config, world),
+            **_suspended(config),
         },
     }
+
+
+def _suspended(config: StackConfig) -> dict[str, Any]:
+    return {"suspend": True} if gang.starts_suspended(config) else {}
 
 
 def jobset_manifest(config: StackConfig, world: World) -> dict[str, Any]:
@@ -342,6 +357,7 @@ def jobset_manifest(config: StackConfig, world: World) -> dict[str, Any]:
                 "rules": [{"name": "pod_env_describes_no_world", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],
             },
             "ttlSecondsAfterFinished": config.workload.ttl_seconds_after_finished,
+            **_suspended(config),
         },
     }  # fmt: skip
 

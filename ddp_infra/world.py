@@ -99,6 +99,11 @@ class World:
     def disruption_budget_name(self) -> str:
         return self.workload_name
 
+    @property
+    def pod_group_name(self) -> str:
+        """Volcano's PodGroup of the world's pods (scheduling.gang.scheduler volcano)."""
+        return self.workload_name
+
     # --- labels --------------------------------------------------------------------------------
     @property
     def selector(self) -> dict[str, str]:

@@ -19,6 +19,6 @@ class Component(pulumi.ComponentResource):
         depends_on = opts.depends_on if opts else None
         self._waits_for: list[pulumi.Resource] = list(depends_on) if isinstance(depends_on, list) else []
 
-    def child(self, **options: Any) -> pulumi.ResourceOptions:
-        """Options for a resource owned by this component."""
-        return pulumi.ResourceOptions(parent=self, depends_on=self._waits_for, **options)
+    def child(self, *after: pulumi.Resource, **options: Any) -> pulumi.ResourceOptions:
+        """Options for a resource owned by this component, created after `after` (its siblings)."""
+        return pulumi.ResourceOptions(parent=self, depends_on=[*self._waits_for, *after], **options)

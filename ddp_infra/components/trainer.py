@@ -1,5 +1,6 @@
 """The training workload: an Indexed Job (the default), a StatefulSet (`workload.kind: statefulset`),
-or a JobSet of one Indexed Job (`workload.kind: jobset`, on clusters with the JobSet controller).
+or a JobSet of one Indexed Job (`workload.kind: jobset`, on clusters with the JobSet controller),
+and with Volcano's gang admission the PodGroup of its pods (ddp_infra/gang.py).
 
 A changed workload is replaced whole. Any spec change (`nodes`, the image, the run's args) deletes
 the old workload, waits until its pods are gone (the provider's foreground delete: every pod gets
@@ -33,8 +34,9 @@ import pulumi
 
 from trainer import contract
 
+from .. import gang
 from ..config import StackConfig
-from ..workload import JOBSET_API_VERSION, workload_manifest
+from ..workload import JOBSET_API_VERSION, pod_template_of, workload_manifest
 from ..world import World
 from .base import Component
 from .kubernetes_object import KubernetesObject, type_token
@@ -50,8 +52,15 @@ class Trainer(Component):
     def __init__(self, name: str, args: TrainerArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Trainer", name, opts)
         manifest = workload_manifest(args.config, args.world)
+        # Volcano's group of the world's pods, there before the first of them.
+        self.pod_group = (
+            KubernetesObject("pod-group", gang.pod_group_manifest(args.config, args.world, pod_template_of(manifest)), opts=self.child())
+            if gang.uses(args.config, "volcano")
+            else None
+        )
         other_types = [token for kind, token in TYPES.items() if kind != args.world.workload_kind]
         workload_options = self.child(
+            *([self.pod_group] if self.pod_group else []),
             custom_timeouts=_timeouts(args.config),
             delete_before_replace=True,
             replace_on_changes=["spec"],

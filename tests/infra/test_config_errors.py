@@ -114,6 +114,15 @@ MALFORMED = [
      "ddp-infra:workload.name", "'" + "a" * 50 + "'"),
     ("jobset-name-starts-with-a-digit", {"workload.kind": "jobset", "workload.name": "7b-run"}, "ddp-infra:workload.name", "'7b-run'"),
     ("render-dir-empty", {"kubernetes.renderDir": ""}, "ddp-infra:kubernetes.renderDir", "''"),
+    ("gang-scheduler", {"scheduling.gang.scheduler": "yunikorn"}, "ddp-infra:scheduling.gang.scheduler", "'yunikorn'"),
+    ("kueue-without-queue", {"scheduling.gang.scheduler": "kueue"}, "ddp-infra:scheduling.gang.queue", "(not set)"),
+    ("kueue-queue-name", {"scheduling.gang.scheduler": "kueue", "scheduling.gang.queue": "Team A"},
+     "ddp-infra:scheduling.gang.queue", "'Team A'"),
+    ("kueue-with-a-statefulset", {"scheduling.gang.scheduler": "kueue", "scheduling.gang.queue": "team-a", "workload.kind": "statefulset"},
+     "ddp-infra:scheduling.gang.scheduler", "'kueue'"),
+    ("queue-without-scheduler", {"scheduling.gang.queue": "team-a"}, "ddp-infra:scheduling.gang.queue", "'team-a'"),
+    ("workload-priority-with-volcano", {"scheduling.gang.scheduler": "volcano", "scheduling.gang.workloadPriorityClass": "high"},
+     "ddp-infra:scheduling.gang.workloadPriorityClass", "'high'"),
 ]
 
 

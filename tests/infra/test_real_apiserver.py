@@ -1,7 +1,8 @@
 """The program's objects against a real Kubernetes API server (etcd + kube-apiserver on loopback,
 built by toolchain/build.sh): admission, defaulting and validation as a cluster does them, and
 what a scale-out really changes in the stored objects. A JobSet is checked against the schema of
-JobSet's own CRD (from its module, kept by build.sh beside the controller).
+JobSet's own CRD (from its module, kept by build.sh beside the controller), a Volcano PodGroup
+against Volcano's, and a Kueue-queued stack's objects beside Kueue's own CRDs.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import pytest
 
 from ddp_infra.workload import pod_template_of
 from infra_harness import evaluate, evaluated, stack_config_with
-from toolchain import jobset
+from ddp_infra import gang
 from toolchain.apiserver import LocalApiServer, find_tool, tool_dir
+from toolchain.controller_addon import ControllerAddOn
+from toolchain.jobset import JOBSET
+from toolchain.kueue import KUEUE
 from trainer import contract
 
 KUBECTL_TIMEOUT = 60
@@ -27,17 +31,23 @@ def api():
         yield server
 
 
+def install_crds(api: LocalApiServer, addon: ControllerAddOn) -> None:
+    """An add-on's CRDs, from the install build.sh keeps beside its controller (a skip without it)."""
+    try:
+        manager = find_tool(addon.manager, tool_dir())
+    except FileNotFoundError as missing:
+        pytest.skip(f"{addon.name}'s CRDs come with its controller, which the toolchain lacks: {missing}")
+    crds = [doc for doc in addon.api_objects(addon.install_manifests(manager)) if doc["kind"] == "CustomResourceDefinition"]
+    kubectl(api, "apply", "--server-side", "-f", "-", documents=crds)
+    for crd in addon.crds:
+        kubectl(api, "wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+
+
 @pytest.fixture(params=contract.WORKLOAD_KINDS)
 def kind(request, api) -> str:
     """Each workload kind; for jobset, JobSet's CRD installed first (a skip without it)."""
     if request.param == contract.JOBSET:
-        try:
-            manager = find_tool(jobset.MANAGER, tool_dir())
-        except FileNotFoundError as missing:
-            pytest.skip(f"JobSet's CRD comes with its controller, which the toolchain lacks: {missing}")
-        crd = [doc for doc in jobset.api_objects(jobset.install_manifests(manager)) if doc["kind"] == "CustomResourceDefinition"]
-        kubectl(api, "apply", "--server-side", "-f", "-", documents=crd)
-        kubectl(api, "wait", "--for=condition=Established", "crd/jobsets.jobset.x-k8s.io", "--timeout=60s")
+        install_crds(api, JOBSET)
     return request.param
 
 
@@ -157,3 +167,51 @@ def test_scaling_a_deployed_world_changes_only_the_workload_and_its_budget(api):
     env = {var["name"]: var.get("value") for var in statefulset["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env[contract.NNODES.name] == env[contract.PET_NNODES.name] == "64"
     assert env[contract.WORLD_SIZE.name] == "64"
+
+
+@pytest.fixture(scope="module")
+def volcano_crds(api) -> None:
+    """Volcano's PodGroup and Queue CRDs, which build.sh keeps from Volcano's module (a skip without them)."""
+    crds = tool_dir() / "volcano-crds"
+    if not crds.is_dir():
+        pytest.skip(f"Volcano's CRDs are not in the toolchain ({crds}): run `make setup`")
+    for path in sorted(crds.glob("*.yaml")):
+        kubectl(api, "apply", "--server-side", "-f", str(path))
+    kubectl(api, "wait", "--for=condition=Established", "crd/podgroups.scheduling.volcano.sh", "--timeout=60s")
+
+
+@pytest.mark.timeout(180)
+def test_a_volcano_stacks_pod_group_meets_volcanos_schema(api, kind, volcano_crds):
+    values = stack_config_with("prod", workload__kind=kind, scheduling__gang={"scheduler": "volcano", "queue": "research"},
+                               scheduling__priorityClassName="training-high", pod={"sidecars": [{"name": "shipper", "image": "fluent-bit"}]})  # fmt: skip
+    evaluation = evaluate(values, stack="prod")
+    assert evaluation.error is None, str(evaluation.error)
+    documents = evaluation.kubernetes_manifests
+    (group,) = [doc for doc in documents if doc["kind"] == "PodGroup"]
+    # strict: a field Volcano's schema does not know is an error, not dropped in silence
+    done = apply_run(api, with_pod_owners(documents), "--dry-run=server", "--validate=strict")
+    assert f"podgroup.scheduling.volcano.sh/{group['metadata']['name']} created (server dry run)" in done.stdout, done.stdout
+    # the same check does speak: the schema is Volcano's, not a permissive one
+    group["spec"]["minMember"] = "all"
+    refused = subprocess.run(["kubectl", "--kubeconfig", api.kubeconfig, "apply", "--dry-run=server", "-f", "-"],
+                             input=json.dumps(group), capture_output=True, text=True, timeout=KUBECTL_TIMEOUT)  # fmt: skip
+    assert refused.returncode != 0 and "minMember" in refused.stderr, refused.stderr
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("workload_kind", [contract.INDEXED_JOB, contract.JOBSET])
+def test_a_kueue_stacks_workload_is_admitted_suspended_beside_kueues_crds(api, workload_kind):
+    """Kueue's CRDs installed (its webhooks are the cluster test's): the queued workload is valid and
+    stored suspended, with its queue's label."""
+    install_crds(api, KUEUE)
+    if workload_kind == contract.JOBSET:
+        install_crds(api, JOBSET)
+    values = stack_config_with("prod", workload__kind=workload_kind, scheduling__gang={"scheduler": "kueue", "queue": "team-a"})
+    evaluation = evaluate(values, stack="prod")
+    assert evaluation.error is None, str(evaluation.error)
+    documents = evaluation.kubernetes_manifests
+    workload = next(doc for doc in documents if doc["kind"] in ("Job", "JobSet"))
+    done = apply_run(api, with_pod_owners(documents), "--dry-run=server", "-o", "json")
+    stored = [item for item in json.loads(done.stdout)["items"] if item["kind"] == workload["kind"]]
+    assert stored and stored[0]["spec"]["suspend"] is True
+    assert stored[0]["metadata"]["labels"][gang.KUEUE_QUEUE_LABEL] == "team-a"

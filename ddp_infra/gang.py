@@ -1,0 +1,102 @@
+"""Gang admission (`scheduling.gang`): the whole world is admitted at once, or none of it.
+
+Scheduled pod by pod, half of a 64-pod world can hold its GPUs for the whole rendezvous timeout
+while the rest waits for capacity, and two such worlds can hold each other's halves for ever.
+
+- **Kueue** admits a workload as one unit against its ClusterQueue's quota. The Job or JobSet
+  carries the queue's label and is created suspended: no pod exists until Kueue has reserved
+  quota for every one of them and lifts the suspension (what Kueue's own webhook would do to a
+  Job it manages; written here so that the manifest says what happens). A StatefulSet is refused
+  with Kueue: its pods outlive the run and would be admitted again one by one.
+- **Volcano** schedules pods named by a PodGroup: its scheduler binds `minMember` of them
+  together, or none. The pods ask for Volcano's scheduler and name the group; the group asks for
+  the world's whole resources, so that Volcano enqueues it only when its queue can hold it.
+
+Pure functions of (StackConfig, World), like ddp_infra.workload, which calls them.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_CEILING, Decimal
+from typing import Any
+
+from .config import StackConfig, parse_quantity
+from .world import World
+
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+VOLCANO_SCHEDULER = "volcano"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+POD_GROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
+
+
+def uses(config: StackConfig, scheduler: str) -> bool:
+    return config.scheduling.gang.scheduler == scheduler
+
+
+def workload_labels(config: StackConfig) -> dict[str, str]:
+    """Labels of the Job or JobSet that put it in its Kueue queue."""
+    gang = config.scheduling.gang
+    if gang.scheduler != "kueue":
+        return {}
+    labels = {KUEUE_QUEUE_LABEL: gang.queue}
+    if gang.workload_priority_class:
+        labels[KUEUE_PRIORITY_LABEL] = gang.workload_priority_class
+    return labels
+
+
+def starts_suspended(config: StackConfig) -> bool:
+    """A Job or JobSet that Kueue admits starts suspended: Kueue lifts it once the world fits."""
+    return uses(config, "kueue")
+
+
+def pod_scheduling(config: StackConfig, world: World) -> tuple[dict[str, Any], dict[str, str]]:
+    """(pod spec fields, pod annotations) that hand the pods to Volcano's scheduler as one group."""
+    if not uses(config, "volcano"):
+        return {}, {}
+    return {"schedulerName": VOLCANO_SCHEDULER}, {VOLCANO_GROUP_ANNOTATION: world.pod_group_name}
+
+
+def pod_group_manifest(config: StackConfig, world: World, pod_template: dict[str, Any]) -> dict[str, Any]:
+    """Volcano's PodGroup of the world: all `nodes` pods or none, asking for all their requests."""
+    spec: dict[str, Any] = {
+        "minMember": world.nnodes,
+        "minResources": {name: _quantity(amount * world.nnodes) for name, amount in pod_requests(pod_template).items()},
+    }
+    if config.scheduling.gang.queue:
+        spec["queue"] = config.scheduling.gang.queue
+    if config.scheduling.priority_class_name:
+        spec["priorityClassName"] = config.scheduling.priority_class_name
+    metadata: dict[str, Any] = {"name": world.pod_group_name, "namespace": world.namespace, "labels": world.labels("gang")}
+    if world.extra_annotations:
+        metadata["annotations"] = dict(world.extra_annotations)
+    return {"apiVersion": POD_GROUP_API_VERSION, "kind": "PodGroup", "metadata": metadata, "spec": spec}
+
+
+def pod_requests(pod_template: dict[str, Any]) -> dict[str, Decimal]:
+    """What one pod requests, as the scheduler counts it: its containers and native sidecars
+    together, or an init container that runs alone (beside the sidecars) if that asks for more."""
+    spec = pod_template["spec"]
+    init = spec.get("initContainers") or []
+    sidecars = [c for c in init if c.get("restartPolicy") == "Always"]
+    running = _sum([*spec["containers"], *sidecars])
+    for container in init:
+        if container.get("restartPolicy") != "Always":
+            alone = _sum([container, *sidecars])
+            running = {name: max(running.get(name, Decimal(0)), alone.get(name, Decimal(0))) for name in {*running, *alone}}
+    return dict(sorted(running.items()))
+
+
+def _sum(containers: list[dict[str, Any]]) -> dict[str, Decimal]:
+    total: dict[str, Decimal] = {}
+    for container in containers:
+        for name, quantity in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[name] = total.get(name, Decimal(0)) + parse_quantity(str(quantity))
+    return total
+
+
+def _quantity(amount: Decimal) -> str:
+    """A quantity written exactly: whole base units, or millis where it has a fraction."""
+    if amount == amount.to_integral_value():
+        return str(int(amount))
+    return f"{int((amount * 1000).to_integral_value(rounding=ROUND_CEILING))}m"

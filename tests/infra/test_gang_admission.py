@@ -1,0 +1,101 @@
+"""Gang admission (`scheduling.gang`): what Kueue and Volcano are handed, per workload kind.
+
+The controllers' own behaviour is tested on the local cluster (tests/cluster/test_cluster_kueue.py)
+and the PodGroup against Volcano's CRD schema (tests/infra/test_real_apiserver.py).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pulumi
+import pytest
+
+import infra_harness as harness
+from ddp_infra import gang
+from ddp_infra.config import GPU_RESOURCE
+from ddp_infra.workload import ACCEPTED
+from trainer import contract
+
+POD_GROUP = f"kubernetes:{gang.POD_GROUP_API_VERSION}:PodGroup"
+KUEUE = {"scheduler": "kueue", "queue": "team-a"}
+VOLCANO = {"scheduler": "volcano", "queue": "research"}
+SHIPPER = {"name": "log-shipper", "image": "fluent/fluent-bit:3.2", "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}
+FETCH = {"name": "fetch", "image": "busybox", "resources": {"requests": {"cpu": "200", "memory": "64Mi"}}}
+
+
+def evaluate(kind: str, gang_config: dict, **changes) -> harness.Evaluation:
+    values = harness.stack_config_with("prod", workload__kind=kind, scheduling__gang=gang_config, **changes)
+    evaluation = harness.evaluate(values, stack="prod")
+    assert evaluation.error is None, str(evaluation.error)
+    return evaluation
+
+
+@pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
+@pulumi.runtime.test
+def test_with_kueue_the_workload_waits_suspended_in_its_queue(kind):
+    evaluation = evaluate(kind, {**KUEUE, "workloadPriorityClass": "high"})
+    workload = evaluation.workload.manifest
+    assert workload["metadata"]["labels"][gang.KUEUE_QUEUE_LABEL] == "team-a"
+    assert workload["metadata"]["labels"][gang.KUEUE_PRIORITY_LABEL] == "high"
+    assert workload["spec"]["suspend"] is True, "no pod may start before Kueue admits the whole world"
+    assert evaluation.of_type(POD_GROUP) == []
+    assert "schedulerName" not in evaluation.pod_spec, "Kueue admits; the default scheduler places the pods"
+    harness.validate_manifest(workload)
+
+
+@pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
+@pulumi.runtime.test
+def test_without_gang_admission_nothing_of_kueue_or_volcano_is_written(kind):
+    evaluation = evaluate(kind, {"scheduler": "none"})
+    workload = evaluation.workload.manifest
+    assert "suspend" not in workload["spec"]
+    assert not [key for key in workload["metadata"]["labels"] if key.startswith("kueue.x-k8s.io/")]
+    assert "schedulerName" not in evaluation.pod_spec
+    assert gang.VOLCANO_GROUP_ANNOTATION not in evaluation.pod_template["metadata"].get("annotations", {})
+    assert evaluation.of_type(POD_GROUP) == []
+    assert workload["metadata"]["annotations"]["pulumi.com/waitFor"] == ACCEPTED[kind]
+
+
+@pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
+@pulumi.runtime.test
+def test_with_volcano_the_pods_are_one_pod_group_of_the_whole_world(kind):
+    evaluation = evaluate(kind, VOLCANO, scheduling__priorityClassName="training-high", nodes=64)
+    group = evaluation.one(POD_GROUP)
+    manifest = group.manifest
+    assert evaluation.pod_spec["schedulerName"] == gang.VOLCANO_SCHEDULER
+    assert evaluation.pod_template["metadata"]["annotations"][gang.VOLCANO_GROUP_ANNOTATION] == manifest["metadata"]["name"]
+    assert manifest["metadata"]["namespace"] == "ml-train"
+    assert manifest["spec"]["minMember"] == 64
+    assert manifest["spec"]["queue"] == "research"
+    assert manifest["spec"]["priorityClassName"] == "training-high"
+    # the prod pod: 96 CPUs, 1000Gi, 8 GPUs and one RDMA device each
+    assert manifest["spec"]["minResources"] == {
+        "cpu": str(96 * 64), "memory": str(1000 * 2**30 * 64), GPU_RESOURCE: str(8 * 64), "rdma/hca_shared_devices_a": "64",
+    }
+    assert group.urn in evaluation.workload.dependencies, "the group exists before the first pod"
+    assert "suspend" not in evaluation.workload.manifest["spec"]
+
+
+@pulumi.runtime.test
+def test_the_pod_group_follows_the_size_of_the_world():
+    groups = [evaluate(contract.INDEXED_JOB, VOLCANO, nodes=nodes).one(POD_GROUP).manifest["spec"] for nodes in (2, 16)]
+    assert [spec["minMember"] for spec in groups] == [2, 16]
+    assert [spec["minResources"]["cpu"] for spec in groups] == ["192", "1536"]
+
+
+@pulumi.runtime.test
+def test_the_pod_group_asks_for_what_the_sidecars_and_init_containers_ask_too():
+    evaluation = evaluate(contract.INDEXED_JOB, VOLCANO, nodes=2, pod={"sidecars": [SHIPPER], "initContainers": [FETCH]})
+    resources = evaluation.one(POD_GROUP).manifest["spec"]["minResources"]
+    # the fetch init container runs beside the shipper, alone: 200 + 0.5 CPUs beats the trainer's 96 + 0.5
+    assert resources["cpu"] == str(2 * 200 + 1)
+    # the trainer and the shipper run together: 1000Gi + 256Mi beats 64Mi + 256Mi
+    assert resources["memory"] == str(2 * (1000 * 2**30 + 256 * 2**20))
+
+
+def test_pod_requests_write_fractions_as_millis():
+    template = {"spec": {"containers": [{"resources": {"requests": {"cpu": "250m", "memory": "1.5Gi"}}}]}}
+    assert gang.pod_requests(template) == {"cpu": Decimal("0.250"), "memory": Decimal(3 * 2**29)}
+    assert gang._quantity(Decimal("0.250") * 3) == "750m"
+    assert gang._quantity(Decimal("0.250") * 4) == "1"
