@@ -9,6 +9,7 @@ with its create, update, replace and delete for each.
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import time
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from ddp_infra.claim_changes import ClaimChangeRefused
+from ddp_infra.workload import pod_template_of
 from infra_harness import DELETE, Evaluation, Registered, evaluate, stack_config_with, stack_file_config
 from pulumi_project import PROJECT, PulumiProject
 from trainer import contract
@@ -126,6 +128,19 @@ class DevStack:
         where = ["-n", namespace] if namespace else []
         self.cluster.kubectl("delete", kind.lower(), name, *where, "--cascade=foreground", "--wait=true",
                              f"--timeout={int(timeout)}s", timeout=timeout + 30)  # fmt: skip
+
+
+class PauseStack(DevStack):
+    """The dev stack with the trainer container running the pause binary: a controller's own
+    behaviour, without the trainer image. The pause process exits 0 on SIGTERM, so only a kill
+    fails a pod."""
+
+    def _send(self, *verb: str, resource: Registered) -> None:
+        manifest = copy.deepcopy(resource.manifest)
+        if manifest["kind"] in WORKLOAD_KINDS:
+            trainer = pod_template_of(manifest)["spec"]["containers"][0]
+            trainer.update(image=self.cluster.images["pause"], command=["/pause"], args=[])
+        self.cluster.kubectl(*verb, "-f", "-", input=json.dumps(manifest))
 
 
 def _evaluated(values: dict[str, Any], previous_outputs: dict[str, Any]) -> Evaluation:

@@ -8,10 +8,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from cluster_testing import DEV, NAMESPACE, TEST_DOMAIN, delete_namespace, deployed_stack
-from toolchain import jobset
+from cluster_testing import DEV, NAMESPACE, TEST_DOMAIN, PauseStack, delete_namespace, deployed_stack
 from toolchain.apiserver import find_tool, tool_dir
-from toolchain.cluster import LocalCluster, image_archives
+from toolchain.cluster import ADDONS, LocalCluster, image_archives
 
 
 def _interrupt(signum, _frame):
@@ -53,31 +52,36 @@ def dev_image(cluster):
     return _dev_image(cluster)
 
 
-def _require_jobset_manager() -> None:
-    """A skip that says why when toolchain/build.sh has not built the JobSet controller here."""
+CONTROLLERS = ("jobset", "kueue")
+
+
+def _require_managers() -> None:
+    """A skip that says why when toolchain/build.sh has not built a controller here."""
     bin_dir = tool_dir()
-    try:
-        find_tool(jobset.MANAGER, bin_dir)
-    except FileNotFoundError as missing:
-        unavailable = bin_dir / "UNAVAILABLE"
-        refused = [line for line in unavailable.read_text().splitlines() if line.startswith("jobset:")] if unavailable.exists() else []
-        pytest.skip(f"the JobSet controller is not in the toolchain ({unavailable}): {refused[0]}" if refused else str(missing))
+    for name in CONTROLLERS:
+        try:
+            find_tool(ADDONS[name].manager, bin_dir)
+        except FileNotFoundError as missing:
+            unavailable = bin_dir / "UNAVAILABLE"
+            refused = [line for line in unavailable.read_text().splitlines() if line.startswith(f"{name}:")] if unavailable.exists() else []
+            pytest.skip(f"the {name} controller is not in the toolchain ({unavailable}): {refused[0]}" if refused else str(missing))
 
 
 @pytest.fixture(scope="session")
-def jobset_cluster():
-    """A cluster of its own with the JobSet controller. Without the trainer image only the pause
-    image is imported: the JobSet's mechanics are tested with it, the trainer's runs fail as the
-    other cluster tests do."""
-    _require_jobset_manager()
+def controllers_cluster():
+    """A cluster of its own with the JobSet and Kueue controllers. Without the trainer image only the
+    pause image is imported: the controllers' mechanics are tested with it, the trainer's runs fail
+    as the other cluster tests do."""
+    _require_managers()
     images = True if image_archives()["trainer"][1].is_file() else ("pause",)
-    with _running(LocalCluster("jobset", domain=TEST_DOMAIN, addons=("jobset",), with_images=images)) as local:
+    # Named "jobset" as it was before it ran Kueue too: its image store is kept under that name.
+    with _running(LocalCluster("jobset", domain=TEST_DOMAIN, addons=CONTROLLERS, with_images=images)) as local:
         yield local
 
 
 @pytest.fixture(scope="session")
-def jobset_dev_image(jobset_cluster):
-    return _dev_image(jobset_cluster)
+def controllers_dev_image(controllers_cluster):
+    return _dev_image(controllers_cluster)
 
 
 @contextmanager
@@ -102,7 +106,18 @@ def dev_stack(cluster, dev_image, tmp_path):
 
 
 @pytest.fixture
-def jobset_stack(jobset_cluster, tmp_path):
-    """The dev stack on the JobSet cluster (the test chooses workload.kind and the image)."""
-    with _stack_removed_after(jobset_cluster, tmp_path / "engine") as stack:
+def controllers_stack(controllers_cluster, tmp_path):
+    """The dev stack on the controllers' cluster (the test chooses workload.kind and the image)."""
+    with _stack_removed_after(controllers_cluster, tmp_path / "engine") as stack:
         yield stack
+
+
+@pytest.fixture
+def pause_stack(controllers_cluster):
+    """The dev stack on the controllers' cluster with the pause binary in place of the trainer."""
+    stack = PauseStack(controllers_cluster)
+    yield stack
+    try:
+        stack.destroy()
+    finally:
+        delete_namespace(controllers_cluster, NAMESPACE)

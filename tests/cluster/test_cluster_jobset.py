@@ -10,7 +10,6 @@ restart the world, to resume) are printed for the README.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
@@ -21,10 +20,9 @@ import pytest
 from trainer_testing import done_lines, same_result, uninterrupted_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, WORKLOAD, DevStack, all_logs, delete_namespace,
+    CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, WORKLOAD, all_logs,
     get, run_dir, wait_for, world_pods, world_running,
 )  # fmt: skip
-from ddp_infra.workload import pod_template_of
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(1500)
@@ -79,30 +77,8 @@ def wait_for_world_restart(cluster, old: set[str], restarts: int, nodes: int = 2
     return {"restart counted": round(counted, 1), "new world running": round(time.monotonic() - started, 1)}
 
 
-class PauseStack(DevStack):
-    """The dev stack with the trainer container running the pause binary: JobSet's own behaviour,
-    without the trainer image. The pause process exits 0 on SIGTERM, so only a kill fails a pod."""
-
-    def _send(self, *verb: str, resource) -> None:
-        manifest = copy.deepcopy(resource.manifest)
-        if manifest["kind"] == "JobSet":
-            trainer = pod_template_of(manifest)["spec"]["containers"][0]
-            trainer.update(image=self.cluster.images["pause"], command=["/pause"], args=[])
-        self.cluster.kubectl(*verb, "-f", "-", input=json.dumps(manifest))
-
-
-@pytest.fixture
-def pause_stack(jobset_cluster):
-    stack = PauseStack(jobset_cluster)
-    yield stack
-    try:
-        stack.destroy()
-    finally:
-        delete_namespace(jobset_cluster, NAMESPACE)
-
-
-def test_the_controller_runs_the_stacks_jobset_as_the_env_contract_says(jobset_cluster, pause_stack):
-    cluster = jobset_cluster
+def test_the_controller_runs_the_stacks_jobset_as_the_env_contract_says(controllers_cluster, pause_stack):
+    cluster = controllers_cluster
     pause_stack.up(**JOBSET)
     wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
     jobset = get(cluster, "jobset", WORKLOAD, NAMESPACE)
@@ -136,9 +112,9 @@ def test_the_controller_runs_the_stacks_jobset_as_the_env_contract_says(jobset_c
     assert time.monotonic() - started < 300
 
 
-def test_the_dev_run_completes_as_a_jobset(jobset_cluster, jobset_dev_image, jobset_stack):
-    cluster = jobset_cluster
-    jobset_stack.up(**JOBSET)
+def test_the_dev_run_completes_as_a_jobset(controllers_cluster, controllers_dev_image, controllers_stack):
+    cluster = controllers_cluster
+    controllers_stack.up(**JOBSET)
     started = time.monotonic()
     assert wait_for(lambda: terminal_state(cluster), 600, "the JobSet to end", interval=3) == "Completed"
     print(f"\n[figures] JobSet dev run: completed {time.monotonic() - started:.0f} s after up")
@@ -157,7 +133,7 @@ def test_the_dev_run_completes_as_a_jobset(jobset_cluster, jobset_dev_image, job
     metrics = [json.loads(line) for line in (outputs / "metrics.jsonl").read_text().splitlines()]
     assert [m["epoch"] for m in metrics] == [1, 2]
     assert sorted((outputs / "checkpoints").glob("ckpt-*.json")), "no checkpoint was committed"
-    assert "Completed" in cluster.kubectl(*jobset_stack.outputs["kubectlRunStatus"].split()[1:]).stdout
+    assert "Completed" in cluster.kubectl(*controllers_stack.outputs["kubectlRunStatus"].split()[1:]).stdout
 
 
 def newest_checkpoint(cluster) -> dict:
@@ -174,10 +150,10 @@ def resumed_lines(cluster) -> list[str]:
     return [line for line in log.splitlines() if line.startswith("[CKPT] resumed from")]
 
 
-def test_losing_any_pod_restarts_the_whole_world_from_its_checkpoint(jobset_cluster, jobset_dev_image, jobset_stack, tmp_path):
-    cluster = jobset_cluster
+def test_losing_any_pod_restarts_the_whole_world_from_its_checkpoint(controllers_cluster, controllers_dev_image, controllers_stack, tmp_path):
+    cluster = controllers_cluster
     expected = uninterrupted_result(RUN_ARGS, tmp_path)
-    jobset_stack.up(run__args=RUN_ARGS, **JOBSET)
+    controllers_stack.up(run__args=RUN_ARGS, **JOBSET)
     wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
     figures = {}
     losses = (

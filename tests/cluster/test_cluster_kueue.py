@@ -1,0 +1,148 @@
+"""`scheduling.gang.scheduler: kueue` on a cluster running the real Kueue controller (built from its
+Go module by toolchain/build.sh, started by LocalCluster as an add-on), with a ClusterQueue whose
+quota is 3 pods: a world of 2 is admitted whole; a world of 4 is admitted not at all, no pod of it
+starts; once the quota grows, it is admitted whole. Both as an Indexed Job and as a JobSet.
+
+The pods run the pause image in place of the trainer: admission is Kueue's and the scheduler's
+business, and needs no training.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from cluster_testing import NAMESPACE, WORKLOAD, get, pods, wait_for, world_pods, world_running
+from trainer import contract
+
+pytestmark = pytest.mark.timeout(900)
+
+FLAVOR = "default-flavor"
+CLUSTER_QUEUE = "worlds"
+LOCAL_QUEUE = "team-a"
+# Light pods, so that the node's scheduler never is what holds a world back: Kueue's quota is.
+SMALL_PODS = {"resources__requests__cpu": "10m", "resources__requests__memory": "16Mi", "resources__limits__memory": "64Mi",
+              "shmSize": "16Mi"}
+RESOURCE = {contract.INDEXED_JOB: "job", contract.JOBSET: "jobset"}
+
+
+def cluster_queue(pods_quota: int) -> dict:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ClusterQueue",
+        "metadata": {"name": CLUSTER_QUEUE},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [{
+                "coveredResources": ["cpu", "memory", "pods"],
+                "flavors": [{"name": FLAVOR, "resources": [
+                    {"name": "cpu", "nominalQuota": "100"},
+                    {"name": "memory", "nominalQuota": "100Gi"},
+                    {"name": "pods", "nominalQuota": pods_quota},
+                ]}],
+            }],
+        },
+    }  # fmt: skip
+
+
+def set_quota(cluster, pods_quota: int) -> None:
+    objects = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}},
+        cluster_queue(pods_quota),
+    ]
+    cluster.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-",
+                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))  # fmt: skip
+
+
+def create_local_queue(cluster) -> None:
+    queue = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+             "metadata": {"name": LOCAL_QUEUE, "namespace": NAMESPACE}, "spec": {"clusterQueue": CLUSTER_QUEUE}}  # fmt: skip
+    cluster.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=json.dumps(queue))
+
+
+@pytest.fixture
+def quota(controllers_cluster):
+    """Sets the ClusterQueue's quota of pods. A test asks for it before the stack, so that the queue
+    goes after the stack's world: Kueue keeps a ClusterQueue that admitted workloads use (a finalizer)."""
+    yield lambda pods_quota: set_quota(controllers_cluster, pods_quota)
+    controllers_cluster.kubectl("delete", "clusterqueue", CLUSTER_QUEUE, "--ignore-not-found", "--wait=true", "--timeout=120s")
+    controllers_cluster.kubectl("delete", "resourceflavor", FLAVOR, "--ignore-not-found", "--wait=true", "--timeout=120s")
+
+
+def kueue_workload(cluster, kind: str) -> dict | None:
+    """Kueue's Workload of the stack's Job or JobSet (owned by it), or None before Kueue made it."""
+    owner = get(cluster, RESOURCE[kind], WORKLOAD, NAMESPACE)
+    found = json.loads(cluster.kubectl("get", "workloads.kueue.x-k8s.io", "-n", NAMESPACE, "-o", "json").stdout)["items"]
+    owned = [w for w in found if any(ref["uid"] == owner["metadata"]["uid"] for ref in w["metadata"].get("ownerReferences", []))]
+    return owned[0] if owned else None
+
+
+def condition(workload: dict | None, kind: str) -> dict:
+    conditions = (workload or {}).get("status", {}).get("conditions", [])
+    return next((c for c in conditions if c["type"] == kind), {})
+
+
+def admitted_pods(workload: dict) -> int:
+    """The pods Kueue reserved quota for, over the workload's pod sets."""
+    return sum(assignment["count"] for assignment in workload["status"]["admission"]["podSetAssignments"])
+
+
+def held_back(cluster, kind: str) -> dict:
+    """The Workload once Kueue has tried it and reserved nothing: why, in its QuotaReserved condition."""
+    return wait_for(
+        lambda: (w := kueue_workload(cluster, kind)) and condition(w, "QuotaReserved").get("status") == "False"
+        and condition(w, "QuotaReserved").get("reason") == "Pending" and w,
+        120, f"Kueue to try the {kind}'s world and hold it back", interval=1,
+    )  # fmt: skip
+
+
+def suspended(cluster, kind: str) -> bool:
+    return get(cluster, RESOURCE[kind], WORKLOAD, NAMESPACE)["spec"].get("suspend") is True
+
+
+def waits_for(cluster, kind: str) -> str:
+    """What `pulumi up` waits for on the workload (its waitFor jsonpath) as it stands in the cluster now."""
+    workload = get(cluster, RESOURCE[kind], WORKLOAD, NAMESPACE)
+    path = workload["metadata"]["annotations"]["pulumi.com/waitFor"].removeprefix("jsonpath=")
+    return cluster.kubectl("get", RESOURCE[kind], WORKLOAD, "-n", NAMESPACE, "-o", f"jsonpath={path}").stdout
+
+
+@pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
+def test_kueue_admits_a_world_whole_or_not_at_all(controllers_cluster, quota, pause_stack, kind):
+    cluster = controllers_cluster
+    queued = {"workload__kind": kind, "scheduling__gang": {"scheduler": "kueue", "queue": LOCAL_QUEUE}, **SMALL_PODS}
+    quota(3)
+
+    # A world of 2 in a quota of 3: admitted whole, both pods start.
+    pause_stack.up(nodes=2, **queued)
+    create_local_queue(cluster)  # in the stack's namespace, which the stack made
+    started = time.monotonic()
+    workload = wait_for(lambda: (w := kueue_workload(cluster, kind)) and condition(w, "Admitted").get("status") == "True" and w,
+                        120, "Kueue to admit the world of 2", interval=1)  # fmt: skip
+    assert admitted_pods(workload) == 2
+    wait_for(lambda: world_running(cluster, 2), 300, "both pods Running", interval=1)
+    admitted_after = time.monotonic() - started
+    assert not suspended(cluster, kind), "Kueue lifted the suspension"
+
+    # A world of 4 in a quota of 3: held back whole. The old world is gone first (replace, delete first).
+    pause_stack.up(nodes=4, **queued)
+    held = held_back(cluster, kind)
+    assert "insufficient quota for pods" in condition(held, "QuotaReserved")["message"], held["status"]
+    assert "admission" not in held["status"]
+    assert suspended(cluster, kind)
+    assert pods(cluster, NAMESPACE) == {}, "no pod of a world Kueue holds back may exist"
+    # `pulumi up` has what it waits for while the world waits in its queue, so it returns
+    assert waits_for(cluster, kind), f"the workload's waitFor path is empty while queued: {get(cluster, RESOURCE[kind], WORKLOAD, NAMESPACE)}"
+
+    # The quota grows: the whole world of 4 is admitted, and all of it starts.
+    quota(4)
+    started = time.monotonic()
+    workload = wait_for(lambda: (w := kueue_workload(cluster, kind)) and condition(w, "Admitted").get("status") == "True" and w,
+                        120, "Kueue to admit the world of 4", interval=1)  # fmt: skip
+    assert admitted_pods(workload) == 4
+    wait_for(lambda: world_running(cluster, 4), 300, "all 4 pods Running", interval=1)
+    assert sorted(world_pods(cluster)) == [0, 1, 2, 3]
+    print(f"\n[figures] Kueue ({kind}): world of 2 admitted and Running {admitted_after:.1f} s after up; "
+          f"world of 4 admitted and Running {time.monotonic() - started:.1f} s after the quota grew")  # fmt: skip
