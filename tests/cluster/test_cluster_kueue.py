@@ -146,3 +146,20 @@ def test_kueue_admits_a_world_whole_or_not_at_all(controllers_cluster, quota, pa
     assert sorted(world_pods(cluster)) == [0, 1, 2, 3]
     print(f"\n[figures] Kueue ({kind}): world of 2 admitted and Running {admitted_after:.1f} s after up; "
           f"world of 4 admitted and Running {time.monotonic() - started:.1f} s after the quota grew")  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
+def test_up_returns_while_the_world_waits_in_its_queue(controllers_cluster, quota, controllers_dev_image, controllers_stack, kind):
+    """`pulumi up` (the real one where an engine is on PATH) of a world its queue cannot hold yet
+    returns once the controller has taken the suspended workload, instead of waiting for Kueue."""
+    cluster = controllers_cluster
+    quota(1)
+    started = time.monotonic()
+    controllers_stack.up(nodes=2, workload__kind=kind, scheduling__gang={"scheduler": "kueue", "queue": LOCAL_QUEUE}, **SMALL_PODS)
+    returned_after = time.monotonic() - started
+    create_local_queue(cluster)
+    held = held_back(cluster, kind)
+    assert "insufficient quota for pods" in condition(held, "QuotaReserved")["message"], held["status"]
+    assert suspended(cluster, kind) and pods(cluster, NAMESPACE) == {}
+    print(f"\n[figures] Kueue ({kind}): {type(controllers_stack).__name__}.up returned {returned_after:.1f} s after it began, "
+          "the world held back in its queue")  # fmt: skip
