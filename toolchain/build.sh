@@ -8,7 +8,7 @@
 #   - the test cluster's other components (toolchain/cluster.py): the kubelet, controller-manager,
 #     scheduler, kube-proxy, CoreDNS, and the JobSet and Kueue controllers with their modules'
 #     manifests;
-#   - Volcano's CRDs (its scheduler is not built), for the schema checks of a Volcano stack;
+#   - Volcano's scheduler with its module's CRDs and its chart's RBAC, another add-on;
 #   - actionlint, the linter the tests run on .github/workflows.
 # A Pulumi CLI, language host or provider already on PATH (the official installer's, a build of
 # one's own) is linked instead of built, a CLI when it is at least the SDK's minimum version.
@@ -46,7 +46,7 @@ jobset_version=0.11.0
 # The Kueue controller, an add-on of the test cluster (`scheduling.gang.scheduler: kueue`): the
 # newest release the proxy serves (it refuses 0.13 and 0.14).
 kueue_version=0.12.3
-# Volcano's CRDs (`scheduling.gang.scheduler: volcano`): the only release of its module the proxy serves.
+# Volcano's scheduler (`scheduling.gang.scheduler: volcano`): the only release of its module the proxy serves.
 volcano_version=1.10.0
 
 bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version-jobset-$jobset_version-kueue-$kueue_version-volcano-$volcano_version
@@ -67,7 +67,7 @@ coredns_dir=$cache/coredns-v$coredns_version
 actionlint_dir=$cache/actionlint-v$actionlint_version
 jobset_dir=$cache/jobset-v$jobset_version
 kueue_dir=$cache/kueue-v$kueue_version
-volcano_dir=$cache/volcano-crds-v$volcano_version
+volcano_dir=$cache/volcano-v$volcano_version
 logs=$cache/logs
 mkdir -p "$bin_dir" "$logs"
 
@@ -184,12 +184,15 @@ build_controller() {
 build_jobset() { build_controller jobset-manager sigs.k8s.io/jobset sigs.k8s.io/jobset "$jobset_version"; }
 build_kueue() { build_controller kueue-manager sigs.k8s.io/kueue sigs.k8s.io/kueue/cmd/kueue "$kueue_version"; }
 
-# Volcano's scheduling CRDs (PodGroup, Queue), from its module.
-build_volcano_crds() {
-  local src
-  src=$(module_dir "volcano.sh/volcano@v$volcano_version")
-  mkdir out
-  cp "$src"/config/crd/volcano/bases/scheduling.volcano.sh_{podgroups,queues}.yaml out/
+# Volcano's scheduler alone (toolchain/volcano.py), and beside it its module's CRDs and the chart's
+# template of the scheduler's objects, whose ClusterRole the test cluster binds it to.
+build_volcano() {
+  local module=volcano.sh/volcano src
+  export CGO_ENABLED=0
+  wrapped_build vc-scheduler "$module/cmd/scheduler" "$module@v$volcano_version" ""
+  src=$(module_dir "$module@v$volcano_version")
+  mkdir out/volcano-crds
+  cp "$src"/config/crd/volcano/bases/*.yaml "$src/installer/helm/chart/volcano/templates/scheduler.yaml" out/volcano-crds/
 }
 
 # Is version $1 at least $2 (semver order, as sort -V sees it)?
@@ -319,8 +322,9 @@ component jobset "$jobset_dir" build_jobset
 link "$jobset_dir/jobset-manager" jobset-manager
 component kueue "$kueue_dir" build_kueue
 link "$kueue_dir/kueue-manager" kueue-manager
-component volcano-crds "$volcano_dir" build_volcano_crds
-link "$volcano_dir" volcano-crds
+component volcano "$volcano_dir" build_volcano
+link "$volcano_dir/vc-scheduler" vc-scheduler
+link "$volcano_dir/volcano-crds" volcano-crds
 
 # The engine takes the provider from its plugin directory, so it never tries to download one.
 if [ -x "$bin_dir/pulumi" ] && [ -x "$provider_dir/pulumi-resource-kubernetes" ]; then

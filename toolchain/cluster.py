@@ -9,14 +9,15 @@
         cluster.kubectl("get", "nodes")
     LocalCluster("jobs", addons=("jobset",))   # with the JobSet controller (toolchain/jobset.py)
     LocalCluster("queues", addons=("kueue",))  # with the Kueue controller (toolchain/kueue.py)
+    LocalCluster("gangs", addons=("volcano",))  # with Volcano's scheduler (toolchain/volcano.py)
 
 Every part comes from this machine: etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, kubelet and kube-proxy (one Kubernetes version) and CoreDNS built from Go
 modules by toolchain/build.sh; containerd, runc and the CNI plugins from Debian; the pause and
 trainer images from toolchain/images.sh, imported into containerd (there is no registry).
-Add-ons (`addons=`, `up --addon`): the JobSet and Kueue controllers, also built by
-toolchain/build.sh, each run as a process beside CoreDNS (toolchain/controller_addon.py says why
-and how).
+Add-ons (`addons=`, `up --addon`): the JobSet and Kueue controllers and Volcano's scheduler, also
+built by toolchain/build.sh, each run as a process beside CoreDNS (toolchain/controller_addon.py
+and toolchain/volcano.py say why and how).
 
 Isolation: the whole cluster lives in a network namespace and a mount namespace of its own,
 held open by one `unshare` process that every daemon is entered into (`nsenter`). Inside, the
@@ -57,6 +58,8 @@ from typing import Any, Iterable
 from toolchain.controller_addon import ControllerAddOn
 from toolchain.jobset import JOBSET
 from toolchain.kueue import KUEUE
+from toolchain import volcano
+from toolchain.volcano import VOLCANO, SchedulerAddOn
 from toolchain.apiserver import find_tool, free_port, tool_dir
 
 HERE = Path(__file__).resolve().parent
@@ -73,9 +76,9 @@ LOCAL_STORAGE_CLASS = "local"
 # Released volumes are not reused (Retain, as a cloud disk would be kept): one per claim a test suite makes.
 PERSISTENT_VOLUMES = 32
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns")
-# Optional controllers, each a binary of the toolchain started with the cluster, in this order
-# (Kueue manages JobSets when JobSet's CRD is there when it starts).
-ADDONS: dict[str, ControllerAddOn] = {addon.name: addon for addon in (JOBSET, KUEUE)}
+# Optional controllers and schedulers, each a binary of the toolchain started with the cluster, in
+# this order (Kueue manages JobSets when JobSet's CRD is there when it starts).
+ADDONS: dict[str, ControllerAddOn | SchedulerAddOn] = {addon.name: addon for addon in (JOBSET, KUEUE, VOLCANO)}
 
 
 class ClusterError(RuntimeError):
@@ -264,8 +267,10 @@ class LocalCluster:
             self._wait(self._dns_ready, deadline, "CoreDNS ready")
             self._wait(self._default_service_account, deadline, "the default ServiceAccount (controllers running)")
             for addon in ADDONS.values():
-                if addon.name in self.addons:
+                if addon.name in self.addons and isinstance(addon, ControllerAddOn):
                     self._start_addon(addon, binaries[addon.manager], deadline)
+                elif addon.name in self.addons:
+                    self._start_volcano(binaries[addon.manager], deadline)
         except BaseException:
             self._dump_logs()
             self.stop()
@@ -836,6 +841,16 @@ state = "/run/containerd"
         self._wait(lambda: self._probe_ok(f"http://127.0.0.1:{addon.health_port}/readyz"), deadline, f"the {addon.manager}'s /readyz")
         self._apply_server_side(addon.webhook_configurations(install, (pki / "ca.crt").read_bytes()))
         self._wait(lambda: self._webhooks_answer(addon), deadline, f"{addon.name}'s webhooks answering the API server")
+
+    def _start_volcano(self, binary: str, deadline: float) -> None:
+        """Volcano's scheduler as a process beside CoreDNS; see toolchain/volcano.py for why."""
+        crds_dir = Path(binary).resolve().parent / volcano.CRDS_DIR
+        self._apply_server_side(volcano.api_objects(crds_dir))
+        for crd in volcano.ESTABLISHED:
+            self._wait(lambda: self._crd_established(crd), deadline, f"CRD {crd} established")
+        self._apply_server_side([volcano.default_queue()])
+        self._spawn(VOLCANO.manager, [binary, *volcano.scheduler_args(self.run_dir / "pki" / f"{VOLCANO.name}.kubeconfig")])
+        self._wait(lambda: self._probe_ok(f"http://127.0.0.1:{volcano.HEALTH_PORT}/healthz"), deadline, "the Volcano scheduler's /healthz")
 
     def _apply_server_side(self, objects: list[dict[str, Any]]) -> None:
         self.kubectl("apply", "--server-side", "--field-manager=ddp-infra-cluster", "-f", "-",
