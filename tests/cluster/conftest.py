@@ -52,7 +52,7 @@ def dev_image(cluster):
     return _dev_image(cluster)
 
 
-CONTROLLERS = ("jobset", "kueue")
+CONTROLLERS = ("jobset", "kueue", "volcano")
 
 
 def _require_managers() -> None:
@@ -69,9 +69,9 @@ def _require_managers() -> None:
 
 @pytest.fixture(scope="session")
 def controllers_cluster():
-    """A cluster of its own with the JobSet and Kueue controllers. Without the trainer image only the
-    pause image is imported: the controllers' mechanics are tested with it, the trainer's runs fail
-    as the other cluster tests do."""
+    """A cluster of its own with the JobSet and Kueue controllers and Volcano's scheduler. Without the
+    trainer image only the pause image is imported: the controllers' mechanics are tested with it,
+    the trainer's runs fail as the other cluster tests do."""
     _require_managers()
     images = True if image_archives()["trainer"][1].is_file() else ("pause",)
     # Named "jobset" as it was before it ran Kueue too: its image store is kept under that name.

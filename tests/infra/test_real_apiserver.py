@@ -19,6 +19,7 @@ from ddp_infra import gang
 from toolchain.apiserver import LocalApiServer, find_tool, tool_dir
 from toolchain.controller_addon import ControllerAddOn
 from toolchain.jobset import JOBSET
+from toolchain import volcano
 from toolchain.kueue import KUEUE
 from trainer import contract
 
@@ -175,8 +176,7 @@ def volcano_crds(api) -> None:
     crds = tool_dir() / "volcano-crds"
     if not crds.is_dir():
         pytest.skip(f"Volcano's CRDs are not in the toolchain ({crds}): run `make setup`")
-    for path in sorted(crds.glob("*.yaml")):
-        kubectl(api, "apply", "--server-side", "-f", str(path))
+    kubectl(api, "apply", "--server-side", "-f", "-", documents=volcano.crds(crds))
     kubectl(api, "wait", "--for=condition=Established", "crd/podgroups.scheduling.volcano.sh", "--timeout=60s")
 
 
