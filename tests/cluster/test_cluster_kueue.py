@@ -21,7 +21,6 @@ pytestmark = pytest.mark.timeout(900)
 
 FLAVOR = "default-flavor"
 CLUSTER_QUEUE = "worlds"
-LOCAL_QUEUE = "team-a"
 # Light pods, so that the node's scheduler never is what holds a world back: Kueue's quota is.
 SMALL_PODS = {"resources__requests__cpu": "10m", "resources__requests__memory": "16Mi", "resources__limits__memory": "64Mi",
               "shmSize": "16Mi"}
@@ -56,10 +55,24 @@ def set_quota(cluster, pods_quota: int) -> None:
                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))  # fmt: skip
 
 
-def create_local_queue(cluster) -> None:
-    queue = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-             "metadata": {"name": LOCAL_QUEUE, "namespace": NAMESPACE}, "spec": {"clusterQueue": CLUSTER_QUEUE}}  # fmt: skip
-    cluster.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=json.dumps(queue))
+def queued_namespace(cluster, queue: str) -> dict:
+    """The stack's namespace with its LocalQueue, made before the stack, as a platform team makes them;
+    the stack then uses the namespace (namespace.create false).
+
+    Kueue 0.12.3 has to know the queue before the workload: a Workload it reconciles between the
+    LocalQueue's creation and its queue manager's taking it in is marked inadmissible ("ClusterQueue
+    doesn't exist", with no name) and stays so (seen here when the queue came right after the Job)."""
+    objects = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+         "metadata": {"name": queue, "namespace": NAMESPACE}, "spec": {"clusterQueue": CLUSTER_QUEUE}},
+    ]  # fmt: skip
+    cluster.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-",
+                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))  # fmt: skip
+    # Kueue marks the queue Active once its queue manager holds it.
+    wait_for(lambda: condition(get(cluster, "localqueue", queue, NAMESPACE), "Active").get("status") == "True", 60,
+             f"LocalQueue {queue} active")  # fmt: skip
+    return {"namespace__create": False, "scheduling__gang": {"scheduler": "kueue", "queue": queue}}
 
 
 @pytest.fixture
@@ -79,8 +92,8 @@ def kueue_workload(cluster, kind: str) -> dict | None:
     return owned[0] if owned else None
 
 
-def condition(workload: dict | None, kind: str) -> dict:
-    conditions = (workload or {}).get("status", {}).get("conditions", [])
+def condition(obj: dict | None, kind: str) -> dict:
+    conditions = (obj or {}).get("status", {}).get("conditions", [])
     return next((c for c in conditions if c["type"] == kind), {})
 
 
@@ -91,11 +104,14 @@ def admitted_pods(workload: dict) -> int:
 
 def held_back(cluster, kind: str) -> dict:
     """The Workload once Kueue has tried it and reserved nothing: why, in its QuotaReserved condition."""
-    return wait_for(
-        lambda: (w := kueue_workload(cluster, kind)) and condition(w, "QuotaReserved").get("status") == "False"
-        and condition(w, "QuotaReserved").get("reason") == "Pending" and w,
-        120, f"Kueue to try the {kind}'s world and hold it back", interval=1,
-    )  # fmt: skip
+    try:
+        return wait_for(
+            lambda: (w := kueue_workload(cluster, kind)) and condition(w, "QuotaReserved").get("status") == "False"
+            and condition(w, "QuotaReserved").get("reason") == "Pending" and w,
+            120, f"Kueue to try the {kind}'s world and hold it back", interval=1,
+        )  # fmt: skip
+    except AssertionError as waited:
+        raise AssertionError(f"{waited}; the Workload's status: {(kueue_workload(cluster, kind) or {}).get('status')}") from None
 
 
 def suspended(cluster, kind: str) -> bool:
@@ -112,12 +128,11 @@ def waits_for(cluster, kind: str) -> str:
 @pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
 def test_kueue_admits_a_world_whole_or_not_at_all(controllers_cluster, quota, pause_stack, kind):
     cluster = controllers_cluster
-    queued = {"workload__kind": kind, "scheduling__gang": {"scheduler": "kueue", "queue": LOCAL_QUEUE}, **SMALL_PODS}
     quota(3)
+    queued = {"workload__kind": kind, **queued_namespace(cluster, "team-a"), **SMALL_PODS}
 
     # A world of 2 in a quota of 3: admitted whole, both pods start.
     pause_stack.up(nodes=2, **queued)
-    create_local_queue(cluster)  # in the stack's namespace, which the stack made
     started = time.monotonic()
     workload = wait_for(lambda: (w := kueue_workload(cluster, kind)) and condition(w, "Admitted").get("status") == "True" and w,
                         120, "Kueue to admit the world of 2", interval=1)  # fmt: skip
@@ -154,10 +169,10 @@ def test_up_returns_while_the_world_waits_in_its_queue(controllers_cluster, quot
     returns once the controller has taken the suspended workload, instead of waiting for Kueue."""
     cluster = controllers_cluster
     quota(1)
+    queued = queued_namespace(cluster, "team-a")
     started = time.monotonic()
-    controllers_stack.up(nodes=2, workload__kind=kind, scheduling__gang={"scheduler": "kueue", "queue": LOCAL_QUEUE}, **SMALL_PODS)
+    controllers_stack.up(nodes=2, workload__kind=kind, **queued, **SMALL_PODS)
     returned_after = time.monotonic() - started
-    create_local_queue(cluster)
     held = held_back(cluster, kind)
     assert "insufficient quota for pods" in condition(held, "QuotaReserved")["message"], held["status"]
     assert suspended(cluster, kind) and pods(cluster, NAMESPACE) == {}
