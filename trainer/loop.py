@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.utils.data import DataLoader, Subset
 
-from trainer import flops, sharded_checkpoint, throughput
+from trainer import console, flops, sharded_checkpoint, throughput
 from trainer.checkpoint import CheckpointStore, UnreadableFormat
 from trainer.distributed import Dist, background_group, main_decides, sum_across
 from trainer.load import params_sum, write_card
@@ -240,7 +240,7 @@ class Trainer:
         summary = {**last, "run": self.run_name, "steps": self.progress.global_step, "params_sum": params_sum(self.model),
                    "seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
         # every rank reports: equal lines across ranks show the replicas ended identical
-        print(f"[DONE] rank={self.d.rank} " + " ".join(f"{k}={v}" for k, v in summary.items()), flush=True)
+        console.line(f"[DONE] rank={self.d.rank} " + " ".join(f"{k}={v}" for k, v in summary.items()))
         return summary
 
     def _train_epoch(self) -> None:
@@ -353,7 +353,7 @@ class Trainer:
 
     def log(self, line: str) -> None:
         if self.d.is_main:
-            print(line, flush=True)
+            console.line(line)
             self.trackers.log_line(line)  # the figures of [TRAIN] lines
 
 

@@ -18,7 +18,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from trainer import contract as c
-from trainer import distributed, lm, smoke, tracking
+from trainer import console, distributed, lm, smoke, tracking
 from trainer.loop import Stopped, TrainConfig, Trainer
 from trainer.outputs import RunDir
 from trainer.stop import EXIT_STOPPED, StopRequest
@@ -114,14 +114,14 @@ def main(argv: list[str]) -> int:
     d = distributed.init(args.device, args.pg_timeout)
     # global_rank is torch's RANK; pod_index is the pod it runs in (NODE_RANK), as the pod's first [DDP] line says
     pod_index = os.environ.get(c.NODE_RANK.name) or "?"
-    print(f"[DDP] process global_rank={d.rank} local_rank={d.local_rank} pod_index={pod_index} "
-          f"world_size={d.world_size} device={d.device} run={args.run_name}", flush=True)  # fmt: skip
+    console.line(f"[DDP] process global_rank={d.rank} local_rank={d.local_rank} pod_index={pod_index} "
+          f"world_size={d.world_size} device={d.device} run={args.run_name}")  # fmt: skip
     try:
         train(args, d, stop)
         code = 0
     except Stopped as stopped:
         if d.is_main:
-            print(f"[STOP] {stopped}; checkpoint written, exiting {EXIT_STOPPED} so the run resumes", flush=True)
+            console.line(f"[STOP] {stopped}; checkpoint written, exiting {EXIT_STOPPED} so the run resumes")
         code = EXIT_STOPPED
     except BaseException:
         # A failed collective means a peer is gone: tearing the group down could wait on it, and a

@@ -1,0 +1,47 @@
+"""Every process of a pod (torchrun's workers) writes to the same stdout: a line must reach it in one
+write, or two ranks' lines interleave mid-line (a torn `[DONE]` line was seen in a world of two)."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from trainer import console
+
+
+class Writes(io.StringIO):
+    """A stdout that keeps each write() apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.calls.append(text)
+        return super().write(text)
+
+
+def test_a_line_is_one_write_with_its_newline(monkeypatch: pytest.MonkeyPatch):
+    out = Writes()
+    monkeypatch.setattr(sys, "stdout", out)
+    console.line("[DONE] rank=1 steps=32 seconds=4.2")
+    assert out.calls == ["[DONE] rank=1 steps=32 seconds=4.2\n"]
+
+
+def test_print_would_not_be(monkeypatch: pytest.MonkeyPatch):
+    """Why console.line exists: print() writes the text and its newline apart."""
+    out = Writes()
+    monkeypatch.setattr(sys, "stdout", out)
+    print("[DONE] rank=1", flush=True)
+    assert out.calls == ["[DONE] rank=1", "\n"]
+
+
+def test_the_trainers_lines_every_rank_writes_go_through_console():
+    """The lines each rank writes (not rank 0's alone) are written whole."""
+    from pathlib import Path
+
+    for module in ("loop.py", "train.py"):
+        source = (Path(console.__file__).parent / module).read_text()
+        assert "print(" not in source, f"trainer/{module} prints: use console.line"

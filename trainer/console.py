@@ -1,0 +1,16 @@
+"""Lines on stdout, each in one write.
+
+A pod's training processes share one stdout (torchrun's workers inherit it), and print() writes a
+line's text and its newline apart: under PYTHONUNBUFFERED, as in the image, two ranks' lines then
+interleave mid-line. One write of the whole line is not split by the kernel (a pipe takes up to
+PIPE_BUF bytes whole; a file's writes are serialized).
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def line(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
