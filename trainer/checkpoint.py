@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer import console
 from trainer.durable import fsync_directory, write_text_atomically
 
 FORMAT = 3  # 3: sharded directories (torch.distributed.checkpoint); 2 was one torch.save file per step
@@ -90,7 +91,7 @@ class CheckpointStore:
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
-            print(f"[CKPT] skipping {path.name}: unreadable record ({type(exc).__name__}: {exc})", flush=True)
+            console.line(f"[CKPT] skipping {path.name}: unreadable record ({type(exc).__name__}: {exc})")
             return None
         if record.get("format") != FORMAT:
             raise UnreadableFormat(
@@ -105,7 +106,7 @@ class CheckpointStore:
             except OSError:
                 actual = None
             if actual != size:
-                print(f"[CKPT] skipping {shards.name}: {name} has {actual} bytes, its record says {size}", flush=True)
+                console.line(f"[CKPT] skipping {shards.name}: {name} has {actual} bytes, its record says {size}")
                 return None
         return Checkpoint(step, shards, record)
 

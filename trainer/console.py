@@ -9,8 +9,11 @@ PIPE_BUF bytes whole; a file's writes are serialized).
 from __future__ import annotations
 
 import sys
+from typing import TextIO
 
 
-def line(text: str) -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+def line(text: str, stream: TextIO | None = None) -> None:
+    """`text` and its newline in one write to `stream` (stdout unless given), flushed."""
+    out = stream or sys.stdout
+    out.write(text + "\n")
+    out.flush()

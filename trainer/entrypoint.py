@@ -22,6 +22,7 @@ import subprocess
 import sys
 from typing import Mapping, Sequence
 
+from trainer import console
 from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED, EXIT_TERMINATED
 from trainer.launch import ArgsError, torchrun_argv, torchrun_env
 from trainer.preflight import preflight
@@ -67,7 +68,7 @@ def main(user_args: Sequence[str]) -> int:
     try:
         code = _start(user_args, supervisor)
     except Terminated as stopped:
-        print(f"[DDP] {stopped} before torchrun started: exiting", file=sys.stderr, flush=True)
+        console.line(f"[DDP] {stopped} before torchrun started: exiting", stream=sys.stderr)
         return EXIT_TERMINATED
     return EXIT_TERMINATED if supervisor.terminated and code != 0 else code
 
@@ -78,26 +79,26 @@ def _start(user_args: Sequence[str], supervisor: _Supervisor) -> int:
         world = resolve_world(env, socket.gethostname())
         torchrun_argv(world, user_args)  # refuse contradicting user args before waiting for anything
     except (WorldError, ArgsError) as exc:
-        print(f"[DDP] cannot start: {exc}", file=sys.stderr, flush=True)
+        console.line(f"[DDP] cannot start: {exc}", stream=sys.stderr)
         return EXIT_BAD_ENV
-    print(world.summary(), flush=True)
+    console.line(world.summary())
     rejoins_left = 0 if world.hosts_rendezvous else world.max_restarts
     while True:
         checked = preflight(world, env, world.master_wait_timeout)
         for check in checked.checks:
-            print(check.line(), flush=True)
+            console.line(check.line())
         if checked.failed:
-            print(f"[PREFLIGHT] not starting torchrun: {', '.join(checked.failed)} failed (see the 'next:' lines above)",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            console.line(f"[PREFLIGHT] not starting torchrun: {', '.join(checked.failed)} failed (see the 'next:' lines above)",
+                         stream=sys.stderr)  # fmt: skip
             return EXIT_PREFLIGHT_FAILED
         argv = torchrun_argv(world, user_args, local_addr=checked.local_addr)
-        print(f"[DDP] torchrun {shlex.join(argv)}", flush=True)
+        console.line(f"[DDP] torchrun {shlex.join(argv)}")
         code = supervisor.run(argv, {**torchrun_env(world, env), **checked.env})
         if code == 0 or supervisor.terminated or rejoins_left == 0:
             return code
         rejoins_left -= 1
-        print(f"[DDP] re-joining: torchrun exited with {code}, the world broke up (pod 0 lost?); waiting for "
-              f"{world.master_addr} to come back ({rejoins_left} re-joins left)", flush=True)  # fmt: skip
+        console.line(f"[DDP] re-joining: torchrun exited with {code}, the world broke up (pod 0 lost?); waiting for "
+                     f"{world.master_addr} to come back ({rejoins_left} re-joins left)")  # fmt: skip
 
 
 if __name__ == "__main__":

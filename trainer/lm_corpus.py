@@ -11,6 +11,7 @@ import os
 import time
 from pathlib import Path
 
+from trainer import console
 from trainer import contract as c
 from trainer import hugging_face
 from trainer.documents import DocumentSource
@@ -60,7 +61,7 @@ def prepare_shards(args: argparse.Namespace, tokenizer) -> list[tuple[Shard, boo
         shard, prepared = prepare_tokens(source, tokenizer, cache_dir_of(args), args.prepare_timeout)
         if prepared:
             marker = shard.marker()
-            print(f"[DATA] {source.path.name}: {marker['count']} tokens ({marker['dtype']}) prepared in "
-                  f"{time.monotonic() - started:.1f}s into {shard.tokens_path}", flush=True)  # fmt: skip
+            console.line(f"[DATA] {source.path.name}: {marker['count']} tokens ({marker['dtype']}) prepared in "
+                         f"{time.monotonic() - started:.1f}s into {shard.tokens_path}")  # fmt: skip
         results.append((shard, prepared))
     return results

@@ -21,6 +21,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
+from trainer import console
 from trainer.checkpoint import CheckpointStore
 
 
@@ -48,8 +49,8 @@ class AsyncCheckpointer:
                 shards.result()
                 if self.is_main:
                     name = self.store.commit(step, record).name
-                    print(f"[CKPT] saved {name} ({record['reason']}): blocked the loop {blocked:.4f}s, "
-                          f"written in {time.perf_counter() - started:.4f}s", flush=True)  # fmt: skip
+                    console.line(f"[CKPT] saved {name} ({record['reason']}): blocked the loop {blocked:.4f}s, "
+                                 f"written in {time.perf_counter() - started:.4f}s")  # fmt: skip
                 committed.set_result(step)
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits next
                 committed.set_exception(exc)

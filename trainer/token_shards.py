@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainer import console
 from trainer.documents import DocumentSource
 from trainer.durable import fsync_directory, write_text_atomically
 
@@ -113,7 +114,7 @@ def _hold(lock, shard: Shard, source: DocumentSource, wait_seconds: float) -> No
                     "beforehand with python -m trainer.prepare"
                 ) from None
             if not waiting:
-                print(f"[DATA] waiting for another process preparing {source.path.name} (lock {shard.lock_path})", flush=True)
+                console.line(f"[DATA] waiting for another process preparing {source.path.name} (lock {shard.lock_path})")
                 waiting = True
             time.sleep(0.2)
 

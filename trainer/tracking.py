@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
+from trainer import console
 from trainer import contract as c
 from trainer.outputs import write_json
 from trainer.stop import StopRequest
@@ -121,7 +122,7 @@ def open_trackers(run_dir: Path, run_name: str, flags: Mapping[str, Any], resume
 
 
 def _say(line: str) -> None:
-    print(f"[TRACK] {line}", flush=True)
+    console.line(f"[TRACK] {line}")
 
 
 # --- TensorBoard ------------------------------------------------------------------------------------

@@ -38,10 +38,16 @@ def test_print_would_not_be(monkeypatch: pytest.MonkeyPatch):
     assert out.calls == ["[DONE] rank=1", "\n"]
 
 
-def test_the_trainers_lines_every_rank_writes_go_through_console():
-    """The lines each rank writes (not rank 0's alone) are written whole."""
+# What runs in the training processes and the entrypoint beside them, all on the pod's one stdout.
+POD_MODULES = ("loop.py", "train.py", "checkpoint.py", "sharded_checkpoint.py", "lm_corpus.py", "token_shards.py",
+               "tracking.py", "entrypoint.py")  # fmt: skip
+
+
+def test_the_lines_a_pods_processes_write_go_through_console():
+    """Every line written in a pod is written whole: a rank's [DONE] once tore rank 0's background
+    [CKPT] line, printed in two writes."""
     from pathlib import Path
 
-    for module in ("loop.py", "train.py"):
+    for module in POD_MODULES:
         source = (Path(console.__file__).parent / module).read_text()
         assert "print(" not in source, f"trainer/{module} prints: use console.line"
