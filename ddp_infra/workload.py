@@ -24,10 +24,8 @@ ACCEPTED = {
 }
 # A Job or JobSet that waits suspended in a Kueue queue has neither until Kueue admits it, which
 # may take hours: `up` waits for what its controller writes to a suspended one.
-ACCEPTED_SUSPENDED = {
-    contract.INDEXED_JOB: "jsonpath={.status.conditions}",
-    contract.JOBSET: "jsonpath={.status.replicatedJobsStatus}",
-}
+# (A JobSet's controller writes its Jobs' status while they are suspended too.)
+ACCEPTED_SUSPENDED = {contract.INDEXED_JOB: "jsonpath={.status.conditions}", contract.JOBSET: ACCEPTED[contract.JOBSET]}
 TMP_MOUNT = contract.TMP_MOUNT
 # Where a pod's own index comes from, per workload kind (the downward API reads it).
 NODE_RANK_FIELD = {

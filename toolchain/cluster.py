@@ -55,11 +55,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterable
 
-from toolchain.controller_addon import ControllerAddOn
+from toolchain import volcano
+from toolchain.controller_addon import AddOn, ControllerAddOn
 from toolchain.jobset import JOBSET
 from toolchain.kueue import KUEUE
-from toolchain import volcano
-from toolchain.volcano import VOLCANO, SchedulerAddOn
+from toolchain.volcano import VOLCANO
 from toolchain.apiserver import find_tool, free_port, tool_dir
 
 HERE = Path(__file__).resolve().parent
@@ -73,12 +73,13 @@ SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 API_PORT = 6443
 LOCAL_STORAGE_CLASS = "local"
+LOCAL_PROVISIONER = "kubernetes.io/no-provisioner"  # static volumes: no provisioner makes them
 # Released volumes are not reused (Retain, as a cloud disk would be kept): one per claim a test suite makes.
 PERSISTENT_VOLUMES = 32
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns")
 # Optional controllers and schedulers, each a binary of the toolchain started with the cluster, in
 # this order (Kueue manages JobSets when JobSet's CRD is there when it starts).
-ADDONS: dict[str, ControllerAddOn | SchedulerAddOn] = {addon.name: addon for addon in (JOBSET, KUEUE, VOLCANO)}
+ADDONS: dict[str, AddOn] = {addon.name: addon for addon in (JOBSET, KUEUE, VOLCANO)}
 
 
 class ClusterError(RuntimeError):
@@ -710,7 +711,7 @@ state = "/run/containerd"
             # once their pod is scheduled, as on a cloud cluster's default class.
             {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
              "metadata": {"name": LOCAL_STORAGE_CLASS, "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-             "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Retain"},
+             "provisioner": LOCAL_PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Retain"},
         ]  # fmt: skip
         for i in range(PERSISTENT_VOLUMES):
             path = volumes / f"pv-{i}"
@@ -849,7 +850,7 @@ state = "/run/containerd"
         for crd in volcano.ESTABLISHED:
             self._wait(lambda: self._crd_established(crd), deadline, f"CRD {crd} established")
         self._apply_server_side([volcano.default_queue()])
-        self._spawn(VOLCANO.manager, [binary, *volcano.scheduler_args(self.run_dir / "pki" / f"{VOLCANO.name}.kubeconfig")])
+        self._spawn(VOLCANO.manager, [binary, *volcano.scheduler_args(self.run_dir / "pki" / f"{VOLCANO.name}.kubeconfig", LOCAL_PROVISIONER)])
         self._wait(lambda: self._probe_ok(f"http://127.0.0.1:{volcano.HEALTH_PORT}/healthz"), deadline, "the Volcano scheduler's /healthz")
 
     def _apply_server_side(self, objects: list[dict[str, Any]]) -> None:

@@ -32,9 +32,27 @@ _WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguratio
 
 
 @dataclass(frozen=True)
-class ControllerAddOn:
+class AddOn:
     name: str  # what LocalCluster(addons=...) and `cluster up --addon` call it
-    manager: str  # the manager's binary in the toolchain
+    manager: str  # its binary in the toolchain
+
+    @property
+    def user(self) -> str:
+        """The user its token authenticates as."""
+        return f"ddp-infra:{self.name}"
+
+    def role_binding(self, cluster_role: str) -> dict[str, Any]:
+        """Binds `cluster_role` to its user."""
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"ddp-infra:{self.manager}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": self.user}],
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ControllerAddOn(AddOn):
     crds: tuple[str, ...]  # every CRD of the install, each Established before the manager starts
     cluster_role: str  # the manager's ClusterRole in the install
     webhook_port: int
@@ -54,10 +72,6 @@ class ControllerAddOn:
     # webhook's certificate is bind-mounted there, inside the cluster's mount namespace.
     fixed_cert_dirs: tuple[str, ...] = field(default=())
 
-    @property
-    def user(self) -> str:
-        return f"ddp-infra:{self.name}"
-
     def install_manifests(self, manager_binary: str) -> Path:
         """The module's rendered install, beside the manager binary the toolchain's link points at."""
         return Path(manager_binary).resolve().parent / INSTALL_MANIFESTS
@@ -76,14 +90,8 @@ class ControllerAddOn:
         missing = sorted(set(self.crds) - {crd["metadata"]["name"] for crd in crds})
         if missing or len(roles) != 1:
             raise ValueError(f"{install} lacks {', '.join(missing) or 'no CRD'} or the {self.cluster_role} ClusterRole")
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": {"name": f"ddp-infra:{self.manager}"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": self.cluster_role},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": self.user}],
-        }  # fmt: skip
         namespace = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}] if self.namespace else []
-        return [*namespace, *crds, *roles, binding]
+        return [*namespace, *crds, *roles, self.role_binding(self.cluster_role)]
 
     def webhook_configurations(self, install: Path, ca_pem: bytes) -> list[dict[str, Any]]:
         """The module's webhook configurations, calling the manager at 127.0.0.1 with the cluster's CA."""

@@ -11,32 +11,20 @@ chart's scheduler template in its `volcano-crds` directory).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from toolchain.controller_addon import AddOn
 
-
-@dataclass(frozen=True)
-class SchedulerAddOn:
-    name: str
-    manager: str  # the scheduler's binary in the toolchain
-
-    @property
-    def user(self) -> str:
-        return f"ddp-infra:{self.name}"
-
-
-VOLCANO = SchedulerAddOn(name="volcano", manager="vc-scheduler")
+VOLCANO = AddOn(name="volcano", manager="vc-scheduler")
 HEALTH_PORT = 11251
 METRICS_PORT = 8085
 CRDS_DIR = "volcano-crds"  # in the toolchain's bin directory
 CHART_SCHEDULER = "scheduler.yaml"  # the chart's template of the scheduler's objects, in CRDS_DIR
 CLUSTER_ROLE = "volcano-scheduler"
 DEFAULT_QUEUE = "default"
-LOCAL_PROVISIONER = "kubernetes.io/no-provisioner"  # the test cluster's StorageClass's
 ESTABLISHED = ("podgroups.scheduling.volcano.sh", "queues.scheduling.volcano.sh")
 
 
@@ -58,13 +46,7 @@ def cluster_role(crds_dir: Path) -> dict[str, Any]:
 
 def api_objects(crds_dir: Path) -> list[dict[str, Any]]:
     """The CRDs, the scheduler's access and the queue a PodGroup without one goes to."""
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-        "metadata": {"name": f"ddp-infra:{VOLCANO.manager}"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": VOLCANO.user}],
-    }  # fmt: skip
-    return [*crds(crds_dir), cluster_role(crds_dir), binding]
+    return [*crds(crds_dir), cluster_role(crds_dir), VOLCANO.role_binding(CLUSTER_ROLE)]
 
 
 def default_queue() -> dict[str, Any]:
@@ -76,15 +58,16 @@ def default_queue() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def scheduler_args(kubeconfig: Path) -> list[str]:
+def scheduler_args(kubeconfig: Path, local_provisioner: str) -> list[str]:
     """Its default actions and plugins (enqueue, allocate, backfill; gang among them), one instance.
 
-    The cluster's claims are bound to static local volumes (`kubernetes.io/no-provisioner`):
-    Volcano counts each such claim as a CSI attachment the node has no allowance for and binds
-    no pod that has one, unless the provisioner is ignored, as it ignores local-path's itself.
+    The cluster's claims are bound to static local volumes of `local_provisioner`
+    (`kubernetes.io/no-provisioner`): Volcano counts each such claim as a CSI attachment the node
+    has no allowance for and binds no pod that has one, unless the provisioner is ignored, as it
+    ignores local-path's itself.
     """
     return [
         "--kubeconfig", str(kubeconfig), "--leader-elect=false",
         "--enable-healthz", "--healthz-address", f"127.0.0.1:{HEALTH_PORT}", "--listen-address", f"127.0.0.1:{METRICS_PORT}",
-        "--ignored-provisioners", LOCAL_PROVISIONER,
+        "--ignored-provisioners", local_provisioner,
     ]  # fmt: skip

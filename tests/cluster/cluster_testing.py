@@ -130,6 +130,13 @@ class DevStack:
                              f"--timeout={int(timeout)}s", timeout=timeout + 30)  # fmt: skip
 
 
+def pause_pod_resources(cpu: str) -> dict[str, str]:
+    """Stack overrides for pods that run the pause binary: `cpu` each and little memory, so that
+    a test's queue or quota, not the node, is what holds a world back."""
+    return {"resources__requests__cpu": cpu, "resources__requests__memory": "16Mi", "resources__limits__memory": "64Mi",
+            "shmSize": "16Mi"}  # fmt: skip
+
+
 class PauseStack(DevStack):
     """The dev stack with the trainer container running the pause binary: a controller's own
     behaviour, without the trainer image. The pause process exits 0 on SIGTERM, so only a kill

@@ -14,16 +14,14 @@ import time
 
 import pytest
 
-from cluster_testing import NAMESPACE, WORKLOAD, get, pods, wait_for, world_pods, world_running
+from cluster_testing import NAMESPACE, WORKLOAD, get, pause_pod_resources, pods, wait_for, world_pods, world_running
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(900)
 
 FLAVOR = "default-flavor"
 CLUSTER_QUEUE = "worlds"
-# Light pods, so that the node's scheduler never is what holds a world back: Kueue's quota is.
-SMALL_PODS = {"resources__requests__cpu": "10m", "resources__requests__memory": "16Mi", "resources__limits__memory": "64Mi",
-              "shmSize": "16Mi"}
+SMALL_PODS = pause_pod_resources("10m")
 RESOURCE = {contract.INDEXED_JOB: "job", contract.JOBSET: "jobset"}
 
 

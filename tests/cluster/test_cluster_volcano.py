@@ -15,15 +15,14 @@ import time
 
 import pytest
 
-from cluster_testing import NAMESPACE, WORKLOAD, get, pods, wait_for, world_pods, world_running
+from cluster_testing import NAMESPACE, WORKLOAD, get, pause_pod_resources, pods, wait_for, world_pods, world_running
 from ddp_infra import gang
 
 pytestmark = pytest.mark.timeout(900)
 
 QUEUE = "research"
 POD_CPU_MILLIS = 100
-SMALL_PODS = {"resources__requests__cpu": f"{POD_CPU_MILLIS}m", "resources__requests__memory": "16Mi",
-              "resources__limits__memory": "64Mi", "shmSize": "16Mi"}  # fmt: skip
+SMALL_PODS = pause_pod_resources(f"{POD_CPU_MILLIS}m")
 
 
 def set_capability(cluster, pods_worth: int) -> None:

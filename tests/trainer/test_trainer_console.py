@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,8 +47,6 @@ POD_MODULES = ("loop.py", "train.py", "checkpoint.py", "sharded_checkpoint.py", 
 def test_the_lines_a_pods_processes_write_go_through_console():
     """Every line written in a pod is written whole: a rank's [DONE] once tore rank 0's background
     [CKPT] line, printed in two writes."""
-    from pathlib import Path
-
     for module in POD_MODULES:
         source = (Path(console.__file__).parent / module).read_text()
         assert "print(" not in source, f"trainer/{module} prints: use console.line"
