@@ -15,7 +15,7 @@ from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, MANAGED_BY, PART_OF, REN
 
 # A claim is ready for `pulumi up` once the API server has given it a phase. The provider's own
 # check waits for Pending under a WaitForFirstConsumer class when it creates a claim, and a claim
-# it adopts after `pulumi destroy` (upsertExistingObjects) is a create of a claim already Bound:
+# it adopts after `pulumi destroy` (server-side apply) is a create of a claim already Bound:
 # that wait never ends, and `up` failed after 5 minutes (seen on the local cluster).
 CLAIM_READY = "jsonpath={.status.phase}"
 

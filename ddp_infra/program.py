@@ -20,7 +20,7 @@ RETAINED_RENDER_SUBDIR = "0-retained"
 
 
 def kubernetes_provider(
-    config: KubernetesConfig, name: str = "k8s", render_subdir: str = "", upsert: bool = False
+    config: KubernetesConfig, name: str = "k8s", render_subdir: str = "", adopt_existing: bool = False
 ) -> k8s.Provider:
     """The provider every resource uses (other names: see retained_provider and namespace_provider).
 
@@ -34,26 +34,31 @@ def kubernetes_provider(
     kubeconfig="": the provider reads $KUBECONFIG (or ~/.kube/config) itself. Left unset, the SDK
     would copy $KUBECONFIG's path into the provider's inputs, and the state would then depend on
     where the command ran: a clone, a CI runner or another KUBECONFIG would diff the provider.
+
+    Server-side apply only where an object already there is to be adopted (adopt_existing): with
+    it, pulumi-kubernetes 4.25 creates an object by applying it, which silently takes over one of
+    the same name. Without it, a create is a create: an object already there is an AlreadyExists
+    error, and updates are patches from the inputs Pulumi recorded.
     """
     render_dir = str(PurePosixPath(config.render_dir, render_subdir)) if config.render_dir else None
     return k8s.Provider(
         name, render_yaml_to_directory=render_dir, context=config.context, kubeconfig="",
-        upsert_existing_objects=True if upsert else None,
+        enable_server_side_apply=adopt_existing,
     )  # fmt: skip
 
 
 def retained_provider(config: KubernetesConfig) -> k8s.Provider:
     """The provider of the claims and the namespace that Pulumi keeps in the cluster on delete.
 
-    It takes over an object already there (`upsertExistingObjects`): after `pulumi destroy`, the
-    next `pulumi up` adopts the retained claims and the run resumes from their checkpoints. Only
-    they get it, because Pulumi never deletes them: upserting an object that Pulumi later deletes
+    It takes over an object already there (server-side apply): after `pulumi destroy`, the next
+    `pulumi up` adopts the retained claims and the run resumes from their checkpoints. Only they
+    get it, because Pulumi never deletes them: taking over an object that Pulumi later deletes
     under another resource name loses it. Every other object must not exist yet, so a second stack
     aimed at the same namespace fails with AlreadyExists instead of taking over the first's world.
     In render mode it writes under `0-retained/`, which sorts before the provider's `1-manifest/`,
     and in it the namespace's file before the claims' (`v1-namespace-…`, `v1-persistentvolumeclaim-…`).
     """
-    return kubernetes_provider(config, "k8s-retained", RETAINED_RENDER_SUBDIR, upsert=True)
+    return kubernetes_provider(config, "k8s-retained", RETAINED_RENDER_SUBDIR, adopt_existing=True)
 
 
 def namespace_provider(config: KubernetesConfig) -> Optional[k8s.Provider]:

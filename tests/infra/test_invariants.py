@@ -273,7 +273,7 @@ def test_every_object_is_wired_and_labelled(evaluation):
             expected = providers["k8s"]
         assert resource.provider.startswith(expected.urn), resource.name
         # (provider config reaches the provider as strings)
-        assert expected.inputs.get("upsertExistingObjects") == ("true" if resource.retain_on_delete else None)
+        assert expected.inputs.get("enableServerSideApply") == ("true" if resource.retain_on_delete else "false")
         assert resource.parent in components, f"{resource.name} is not parented to a component"
         labels = resource.manifest["metadata"]["labels"]
         assert {"app.kubernetes.io/part-of", "app.kubernetes.io/managed-by"} <= labels.keys()
