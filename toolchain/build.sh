@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds the tools the project runs from Go modules (the Go module proxy is the only source of
 # them this project's machines reach), into a versioned cache outside the repository:
-#   - the Pulumi CLI and its Python language host, at the `pulumi==` pin of requirements.txt (the
-#     CLI at an older release the proxy serves when it refuses the pin);
-#   - the Kubernetes resource provider, at the `pulumi-kubernetes==` pin, installed as a plugin;
+#   - the Pulumi CLI and its Python language host, at the `pulumi==` pin of requirements.txt; where
+#     the proxy refuses the pin, the CLI at the nearest release it serves and the host from the
+#     newest sdk/v3 that contains it (see cli_fallback_version and build_language_host);
+#   - the Kubernetes resource provider, at the `pulumi-kubernetes==` pin (the Python SDK's version,
+#     so the plugin the SDK asks for is the one built), installed as a plugin;
 #   - kube-apiserver and etcd, a real API server for tests (toolchain/apiserver.py);
 #   - the test cluster's other components (toolchain/cluster.py): the kubelet, controller-manager,
 #     scheduler, kube-proxy, CoreDNS, and the JobSet and Kueue controllers with their modules'
@@ -59,7 +61,6 @@ if [ $# -gt 0 ]; then
   exit 2
 fi
 
-lang_dir=$cache/pulumi-language-python-v$pulumi_version
 provider_dir=$cache/pulumi-resource-kubernetes-v$kubernetes_version
 kubernetes_dir=$cache/kubernetes-v$kube_version
 etcd_dir=$cache/etcd-v$etcd_version
@@ -117,28 +118,50 @@ build_cli() {
     -tags osusergo,grpcnotrace -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$cli_version"
 }
 
+# The language host's own module (sdk/python/cmd/pulumi-language-python/v3) at the pin, else, where
+# the proxy refuses it (2026-11: at every version), the host's package inside sdk/v3 at
+# $lang_fallback_version, the newest sdk/v3 that still contains it. That host reads the virtualenv
+# only from its -virtualenv flag, where CLIs since 3.209 send it inside each request, so it is
+# installed behind language-host-wrapper.sh, which passes the project's. The -exec script it runs
+# the program through is the pinned SDK's in both cases.
+lang_fallback_version=3.79.0
 build_language_host() {
-  local module=github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3 sdk
-  wrapped_build pulumi-language-python "$module" "$module@v$pulumi_version" \
-    "--siblings v$pulumi_version" -tags osusergo,grpcnotrace -ldflags "$pulumi_ldflags"
+  local sdk
+  if [ "$lang_version" = "$pulumi_version" ]; then
+    wrapped_build pulumi-language-python "$lang_module" "$lang_module@v$lang_version" \
+      "--siblings v$lang_version" -tags osusergo,grpcnotrace -ldflags "$pulumi_ldflags"
+  else
+    wrapped_build pulumi-language-python-v$lang_version "$lang_module" "github.com/pulumi/pulumi/sdk/v3@v$lang_version" "" \
+      -tags osusergo,grpcnotrace -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$lang_version"
+    sed "s/@HOST@/pulumi-language-python-v$lang_version/" "$here/language-host-wrapper.sh" >out/pulumi-language-python
+    chmod 0755 out/pulumi-language-python
+  fi
   # The host runs the program through this script, which it looks for beside its own binary.
   sdk=$(module_dir "github.com/pulumi/pulumi/sdk/v3@v$pulumi_version")
   install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" out/
 }
 
 # The provider's main package embeds files (schema-embed.json, ...) that its `go generate` step
-# writes and the module zip lacks: build inside a writable copy of the module, with its own go.mod.
+# writes and the module zip lacks: build inside a writable copy of the module. Its go.mod replaces
+# the sdk module with the repository's ../sdk, which the zip lacks: the replace is dropped, so the
+# served sdk at the version it requires applies. Where the proxy refuses the release's version but
+# serves the pseudo-version of the release's own commit (provider_release_commits), that is built,
+# stamped with the release's version: the same source.
+provider_module=github.com/pulumi/pulumi-kubernetes/provider/v4
+# release version -> the pseudo-version of the commit its tag points at
+declare -A provider_release_commits=([4.25.0]=v4.0.0-20260115033456-f47bc2d6f199)
 build_provider() {
-  local module=github.com/pulumi/pulumi-kubernetes/provider/v4 src
-  src=$(module_dir "$module@v$kubernetes_version")
+  local src
+  src=$(module_dir "$provider_module@$provider_module_version")
   cp -r "$src" provider
   chmod -R u+w provider
   mkdir out
   (
     cd provider
+    go mod edit -dropreplace=github.com/pulumi/pulumi-kubernetes/sdk/v4
     VERSION=$kubernetes_version go generate ./cmd/pulumi-resource-kubernetes
     go build -mod=mod -trimpath -o ../out/pulumi-resource-kubernetes \
-      -ldflags "-X $module/pkg/version.Version=$kubernetes_version" ./cmd/pulumi-resource-kubernetes
+      -ldflags "-X $provider_module/pkg/version.Version=$kubernetes_version" ./cmd/pulumi-resource-kubernetes
   )
 }
 
@@ -227,21 +250,42 @@ external_pulumi() {
   fi
 }
 
+# served MODULE@VERSION...: does the Go module proxy serve them all?
+served() { go list -m -json "$@" >/dev/null 2>&1; }
+
 # The CLI version to build: the pin, else the fallback, when the Go module proxy serves both its
 # pkg/v3 and its sdk/v3. The proxy does not list the versions it serves, so the fallback is the
-# newest one seen served (2026-11: the pin's v3.272.0 and everything from v3.261.0 are refused).
-cli_fallback_version=3.259.0
+# newest one seen served (2026-11: the pin's v3.272.0 is refused, v3.274.1 is served).
+cli_fallback_version=3.274.1
 cli_build_version() {
   local v
   for v in "$pulumi_version" "$cli_fallback_version"; do
     version_at_least "$v" "$sdk_minimum" || continue
-    if go list -m -json "github.com/pulumi/pulumi/pkg/v3@v$v" "github.com/pulumi/pulumi/sdk/v3@v$v" >/dev/null 2>&1; then
+    if served "github.com/pulumi/pulumi/pkg/v3@v$v" "github.com/pulumi/pulumi/sdk/v3@v$v"; then
       echo "$v"
       return 0
     fi
   done
   echo "$pulumi_version"  # let the build report the proxy's answer
 }
+
+# The language host's package and the version to build it at (see build_language_host).
+if served "github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3@v$pulumi_version"; then
+  lang_module=github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3
+  lang_version=$pulumi_version
+  else
+  lang_module=github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python
+  lang_version=$lang_fallback_version
+  lang_dir=$cache/pulumi-language-python-v$lang_version-exec-v$pulumi_version
+  lang_note="the proxy refuses the host's module at the pin v$pulumi_version; building the host of sdk/v3@v$lang_version (the newest that contains it) with the pin's -exec script"
+fi
+# The provider's module version: the release's, else the pseudo-version of the release's commit.
+provider_module_version=v$kubernetes_version
+if ! served "$provider_module@v$kubernetes_version" && [ -n "${provider_release_commits[$kubernetes_version]:-}" ] &&
+  served "$provider_module@${provider_release_commits[$kubernetes_version]}"; then
+  provider_module_version=${provider_release_commits[$kubernetes_version]}
+  provider_note="the proxy refuses $provider_module@v$kubernetes_version; building $provider_module_version, the same commit (the v$kubernetes_version tag's)"
+fi
 
 failed=()
 unavailable=()
@@ -285,6 +329,7 @@ if [ "$lang_from" = "$lang_dir" ] && ext=$(external pulumi-language-python); the
   lang_from=$(dirname "$ext")
 fi
 if [ "$lang_from" = "$lang_dir" ]; then
+  if [ ! -d "$lang_dir" ] && [ -n "${lang_note:-}" ]; then echo "[toolchain] $lang_note"; fi
   component pulumi-language-python "$lang_dir" build_language_host
 else
   echo "[toolchain] using the Python language host at $lang_from"
@@ -292,20 +337,31 @@ fi
 link "$lang_from/pulumi-language-python" pulumi-language-python
 link "$lang_from/pulumi-language-python-exec" pulumi-language-python-exec
 # A provider on PATH is one the engine takes as it is (an ambient plugin), whatever its version.
+# The one built here is installed as a plugin instead (see the end): the engine then takes it at
+# the version the SDK asks for, without a warning on every command that it came from PATH.
+provider=
 if ext=$(external pulumi-resource-kubernetes); then
   echo "[toolchain] using the Kubernetes provider at $ext"
   link "$ext" pulumi-resource-kubernetes
+  provider=$ext
 else
+  rm -f "$bin_dir/pulumi-resource-kubernetes"
+  if [ ! -d "$provider_dir" ] && [ -n "${provider_note:-}" ]; then echo "[toolchain] $provider_note"; fi
   component pulumi-resource-kubernetes "$provider_dir" build_provider
-  link "$provider_dir/pulumi-resource-kubernetes" pulumi-resource-kubernetes
+  if [ -x "$provider_dir/pulumi-resource-kubernetes" ]; then provider=$provider_dir/pulumi-resource-kubernetes; fi
 fi
 # The CLI alone runs no program: it is built only when the language host and the provider are here.
 if [ -z "$cli_ext" ]; then
-  if [ -e "$bin_dir/pulumi-language-python" ] && [ -e "$bin_dir/pulumi-resource-kubernetes" ]; then
+  if [ -e "$bin_dir/pulumi-language-python" ] && [ -n "$provider" ]; then
     cli_version=$(cli_build_version)
     cli_dir=$cache/pulumi-v$cli_version
+    if [ ! -d "$cli_dir" ] && [ "$cli_version" != "$pulumi_version" ]; then
+      echo "[toolchain] the proxy refuses the CLI at the pin v$pulumi_version; building v$cli_version"
+    fi
     component pulumi "$cli_dir" build_cli
-    link "$cli_dir/pulumi" pulumi
+    # A hard link, not a symlink: the CLI takes the language host beside its own executable
+    # (symlinks resolved) without a warning on every command that it came from PATH.
+    if [ -x "$cli_dir/pulumi" ]; then ln -f "$cli_dir/pulumi" "$bin_dir/pulumi"; fi
   else
     unavailable+=("pulumi: not built: the Python language host and the Kubernetes provider it needs to run this program are not here")
   fi
