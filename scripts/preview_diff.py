@@ -132,7 +132,8 @@ def parse_preview(stack: str, returncode: int, stdout: str, stderr: str = "") ->
     preview.changes = {op: count for op, count in (digest.get("changeSummary") or {}).items() if count}
     steps = [step for step in digest.get("steps") or [] if _shown(step)]
     preview.output = "\n".join(line for step in steps for line in _step_lines(step))
-    preview.destroyed = [_destroyed(step) for step in steps if step["op"] in DESTRUCTIVE_OPS]
+    # A component holds nothing: its delete is its children's, which are listed themselves.
+    preview.destroyed = [_destroyed(step) for step in steps if step["op"] in DESTRUCTIVE_OPS and _custom(step)]
     preview.errors = [
         diagnostic["message"].strip() for diagnostic in digest.get("diagnostics") or []
         if diagnostic.get("severity") == "error"
@@ -146,6 +147,10 @@ def _shown(step: dict[str, Any]) -> bool:
     """Every step but an unchanged root stack (a `same` step is listed only when protection changes)
     and a read, which changes nothing (every run reads the stack's last outputs: ddp_infra.claim_changes)."""
     return step["op"] != "read" and not (step["op"] == "same" and _type(step["urn"]) == ROOT_STACK_TYPE)
+
+
+def _custom(step: dict[str, Any]) -> bool:
+    return bool((step.get("oldState") or step.get("newState") or {}).get("custom", True))
 
 
 def _type(urn: str) -> str:
@@ -273,7 +278,8 @@ def _fence(text: str, info: str = "") -> str:
 
 
 def summary_line(changes: dict[str, int]) -> str:
-    ops = list(SUMMARY_OPS) + sorted(op for op in changes if op not in SUMMARY_OPS)
+    """The engine's counts; reads are left out, as they are from the diff (they change nothing)."""
+    ops = list(SUMMARY_OPS) + sorted(op for op in changes if op not in SUMMARY_OPS and op != "read")
     return "**" + " · ".join(f"{op} {changes.get(op, 0)}" for op in ops) + "**"
 
 

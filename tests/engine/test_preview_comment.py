@@ -1,7 +1,7 @@
 """The pull-request comment of scripts/preview_diff.py, made from `pulumi preview --json`
-documents of this program (tests/engine/previews/, in the engine's JSON format: `steps[]` with
-op, urn, oldState/newState, diffReasons, replaceReasons, detailedDiff, and `changeSummary`), and
-its limits on made-up previews. No engine needed."""
+documents of this program (tests/engine/previews/, recorded by the real engine from the scenarios
+of preview_recordings.py, which test_engine_previews.py holds them to), and its limits on
+made-up previews. No engine needed."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from preview_recordings import NEW_TOKEN, OLD_TOKEN
 from scripts import preview_diff
 
 PREVIEWS = Path(__file__).parent / "previews"
@@ -26,40 +27,41 @@ def comment(document: dict, stack: str = "prod", status: int = 0) -> tuple[previ
     return preview, preview_diff.render_markdown(preview)
 
 
+def changed(document: dict) -> list[dict]:
+    """The steps that change something (not `same`, not the read of the stack's last outputs)."""
+    return [step for step in document["steps"] if step["op"] not in ("same", "read")]
+
+
 def caution(markdown: str) -> str:
     """The warning above the diff ('' when there is none)."""
     head = markdown.split("```", 1)[0]
     return head[head.index("> [!CAUTION]"):] if "> [!CAUTION]" in head else ""
 
 
-def test_scaling_is_an_update_with_the_values_that_change():
+def test_scaling_replaces_the_job_and_updates_its_budget_with_the_values_that_change():
     preview, markdown = comment(recorded("dev-nodes-2-to-64"), "dev")
     assert markdown.startswith("<!-- ddp-infra-preview:dev -->\n")
-    assert preview.changes == {"update": 1, "same": 15}
-    assert "**create 0 · update 1 · replace 0 · delete 0 · same 15**" in markdown
-    assert preview.destroyed == [] and not caution(markdown)
-    assert re.search(r"^! ~ kubernetes:apps/v1:StatefulSet trainer: \(update\)$", markdown, re.M), markdown
-    assert re.search(r"^!\s+~ spec\.replicas: 2 => 64$", markdown, re.M)
+    assert preview.changes == {"update": 1, "replace": 1, "same": 15, "read": 1}
+    # the read of the stack's last outputs (ddp_infra.claim_changes) changes nothing: not counted
+    assert "**create 0 · update 1 · replace 1 · delete 0 · same 15**" in markdown
+    assert preview.destroyed == [preview_diff.Destroyed("replace", "kubernetes:batch/v1:Job trainer", False, False, False)]
+    assert "> - `kubernetes:batch/v1:Job trainer`: replace" in caution(markdown) and "hold data" not in caution(markdown)
+    assert re.search(r"^- \+-kubernetes:batch/v1:Job trainer: \(replace\)$", markdown, re.M), markdown
+    assert re.search(r"^!\s+~ spec\.completions: 2 => 64 \(forces replacement\)$", markdown, re.M), markdown
+    assert re.search(r"^!\s+~ spec\.parallelism: 2 => 64 \(forces replacement\)$", markdown, re.M), markdown
     for name in ("NNODES", "WORLD_SIZE", "PET_NNODES"):
-        assert re.search(rf'^!\s+~ spec\.template\.spec\.containers\[0\]\.env\[\d+\]\.value \({name}\): "2" => "64"$', markdown, re.M), name
+        assert re.search(rf'^!\s+~ spec\.template\.spec\.containers\[0\]\.env\[\d+\]\.value \({name}\): "2" => "64" \(forces replacement\)$', markdown, re.M), name
+    assert re.search(r"^! ~ kubernetes:policy/v1:PodDisruptionBudget guardrails-pdb: \(update\)$", markdown, re.M), markdown
+    assert re.search(r"^!\s+~ spec\.minAvailable: 1 => 63$", markdown, re.M), markdown
     assert "pulumi:pulumi:Stack" not in markdown, "the unchanged root stack is not listed"
-
-
-def test_the_programs_read_of_its_last_outputs_is_not_listed_as_a_change():
-    """Every preview reads the stack's own last outputs (ddp_infra.claim_changes): a `read` step."""
-    document = recorded("dev-nodes-2-to-64")
-    urn = "urn:pulumi:dev::ddp-infra::pulumi:pulumi:StackReference::dev-last-deployment"
-    document["steps"].append({"op": "read", "urn": urn, "newState": {"urn": urn, "type": "pulumi:pulumi:StackReference"}})
-    _, markdown = comment(document, "dev")
-    assert "StackReference" not in markdown, markdown
-    assert re.search(r"^! ~ kubernetes:apps/v1:StatefulSet trainer: \(update\)$", markdown, re.M), markdown
+    assert "StackReference" not in markdown, "nor the read of the stack's last outputs"
 
 
 def test_a_claim_replaced_while_its_protection_is_removed_is_warned_about():
     """What the text parser missed: the replace of a claim whose `protect` goes in the same change."""
     document = recorded("prod-outputs-claim-replaced-while-unprotected")
-    (step,) = [s for s in document["steps"] if s["op"] != "same"]
-    assert (step["oldState"]["protect"], step["newState"]["protect"]) == (True, False)
+    (step,) = changed(document)
+    assert (step["oldState"].get("protect", False), step["newState"].get("protect", False)) == (True, False)
     preview, markdown = comment(document)
     assert preview.destroyed == [preview_diff.Destroyed(
         "replace", "kubernetes:core/v1:PersistentVolumeClaim storage-outputs", protected=True, unprotected_now=True, retained=True)]
@@ -70,13 +72,16 @@ def test_a_claim_replaced_while_its_protection_is_removed_is_warned_about():
     assert '~ spec.storageClassName: "shared-rwx" => "fast-rwx" (forces replacement)' in markdown
 
 
-def test_a_deleted_namespace_is_warned_about_and_a_secret_stays_masked():
+def test_a_deleted_namespace_is_warned_about_and_a_rotated_secret_stays_masked():
     document = recorded("dev-namespace-deleted-token-rotated")
     preview, markdown = comment(document, "dev")
-    assert [(d.op, d.resource, d.retained) for d in preview.destroyed] == [("delete", "kubernetes:core/v1:Namespace ddp-dev", True)]
+    # the namespace's component goes with it, but a component holds nothing: only objects are listed
+    assert [(d.op, d.resource, d.retained) for d in preview.destroyed] == [
+        ("replace", "kubernetes:core/v1:Secret hf-token", False), ("delete", "kubernetes:core/v1:Namespace ddp-dev", True)]
     assert "> - `kubernetes:core/v1:Namespace ddp-dev`: delete (retainOnDelete" in caution(markdown)
-    assert '~ stringData.token: "[secret]" => "[secret]"' in markdown
-    assert "hf_" not in json.dumps(document) + markdown
+    assert '~ data.token: "[secret]" => "[secret]" (forces replacement)' in markdown
+    for token in (OLD_TOKEN, NEW_TOKEN):
+        assert token not in json.dumps(document) + markdown
 
 
 @pytest.mark.parametrize("op", sorted(preview_diff.DESTRUCTIVE_OPS))
@@ -84,7 +89,7 @@ def test_a_deleted_namespace_is_warned_about_and_a_secret_stays_masked():
 @pytest.mark.parametrize("protect", [False, True])
 def test_every_replace_or_delete_of_a_claim_or_namespace_is_warned_about(op, kind, name, protect):
     document = copy.deepcopy(recorded("prod-outputs-claim-replaced-while-unprotected"))
-    step = next(s for s in document["steps"] if s["op"] != "same")
+    step = changed(document)[0]
     step["op"] = op
     step["urn"] = re.sub(r"kubernetes:core/v1:PersistentVolumeClaim::storage-outputs$", f"{kind}::{name}", step["urn"])
     for state in ("oldState", "newState"):
@@ -96,20 +101,11 @@ def test_every_replace_or_delete_of_a_claim_or_namespace_is_warned_about(op, kin
     assert ("protected: the update will fail" in warning) == protect
 
 
-def test_a_replaced_workload_is_warned_about_without_the_data_line():
-    document = copy.deepcopy(recorded("dev-nodes-2-to-64"))
-    step = next(s for s in document["steps"] if s["op"] != "same")
-    step["op"], step["replaceReasons"] = "replace", ["spec"]
-    _, markdown = comment(document, "dev")
-    warning = caution(markdown)
-    assert "> - `kubernetes:apps/v1:StatefulSet trainer`: replace" in warning and "hold data" not in warning
-
-
 def test_removing_a_claims_protection_is_shown_even_without_a_change_to_it():
     document = copy.deepcopy(recorded("prod-outputs-claim-replaced-while-unprotected"))
-    step = next(s for s in document["steps"] if s["op"] != "same")
+    (step,) = changed(document)
     step.update(op="same", detailedDiff=None)
-    step.pop("replaceReasons"), step.pop("diffReasons")
+    step.pop("replaceReasons", None), step.pop("diffReasons", None)
     preview, markdown = comment(document)
     assert preview.destroyed == []
     assert "kubernetes:core/v1:PersistentVolumeClaim storage-outputs: (same) [protect removed]" in markdown
@@ -119,7 +115,8 @@ def test_a_failed_preview_leads_with_its_error():
     preview, markdown = comment(recorded("dev-nodes-0"), "dev", status=255)
     assert preview.errors == [
         "error: invalid stack configuration (1 problem(s)); nothing was created:\n"
-        "  ddp-infra:nodes: got '0'; allowed: greater than or equal to 1"
+        "  ddp-infra:nodes: got '0'; allowed: an integer from 1 to 1024",
+        "error: an unhandled error occurred: program exited with non-zero exit code: 1",
     ]
     head, _, rest = markdown.partition("<details>")
     assert "The preview failed (exit status 255)" in head and "ddp-infra:nodes: got '0'" in head
@@ -160,8 +157,8 @@ def test_a_diff_over_githubs_limit_is_cut_with_a_note():
 
 def test_backticks_in_a_value_cannot_close_the_block():
     document = copy.deepcopy(recorded("dev-nodes-2-to-64"))
-    step = next(s for s in document["steps"] if s["op"] != "same")
-    step["newState"]["inputs"]["spec"]["replicas"] = "```rm -rf /```"
+    step = next(s for s in changed(document) if s["urn"].endswith("kubernetes:batch/v1:Job::trainer"))
+    step["newState"]["inputs"]["spec"]["completions"] = "```rm -rf /```"
     _, markdown = comment(document, "dev")
     assert "````diff\n" in markdown and markdown.count("````") == 2
 
@@ -172,4 +169,4 @@ def test_a_huge_error_still_fits_with_the_changes():
     document["steps"] = recorded("dev-nodes-2-to-64")["steps"]
     _, markdown = comment(document, "dev", status=255)
     assert len(markdown) <= preview_diff.GITHUB_COMMENT_LIMIT
-    assert "spec.replicas: 2 => 64" in markdown
+    assert "spec.completions: 2 => 64" in markdown
