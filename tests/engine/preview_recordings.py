@@ -138,6 +138,16 @@ def comparable(document: Any) -> Any:
     return document
 
 
+def without_source_positions(document: Any) -> Any:
+    """What a recording keeps: a registration's place in the program's files, or in this machine's
+    Python and toolchain (paths relative to the project's temporary copy), is no part of a preview."""
+    if isinstance(document, dict):
+        return {key: without_source_positions(value) for key, value in document.items() if key != "sourcePosition"}
+    if isinstance(document, list):
+        return [without_source_positions(item) for item in document]
+    return document
+
+
 def path_of(name: str) -> Path:
     return PREVIEWS / f"{name}.json"
 
@@ -146,7 +156,7 @@ def main(names: list[str]) -> None:
     for name in names or list(SCENARIOS):
         with tempfile.TemporaryDirectory(prefix=f"record-{name}-") as root:
             preview = record(SCENARIOS[name], Path(root))
-        path_of(name).write_text(json.dumps(preview, indent=2, sort_keys=True) + "\n")
+        path_of(name).write_text(json.dumps(without_source_positions(preview), indent=2, sort_keys=True) + "\n")
         print(f"recorded {path_of(name)}")
 
 
