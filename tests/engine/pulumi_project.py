@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -30,6 +31,14 @@ PASSPHRASE = "engine-tests-passphrase"
 COMMAND_TIMEOUT_S = 600
 
 
+def cli_home() -> Path:
+    """Where the Pulumi CLI keeps plugins and credentials: $PULUMI_HOME, else `.pulumi` in the home
+    directory the user database gives (the CLI asks the OS for the user's home; it does not read $HOME)."""
+    if os.environ.get("PULUMI_HOME"):
+        return Path(os.environ["PULUMI_HOME"])
+    return Path(pwd.getpwuid(os.getuid()).pw_dir) / ".pulumi"
+
+
 def toolchain_bin_dir() -> Path:
     build = REPO / "toolchain" / "build.sh"
     if not build.exists():
@@ -44,8 +53,8 @@ def toolchain_path() -> str:
 
 
 def require_tool(name: str, path: str) -> str:
-    """The tool's path, else a skip that says why: toolchain/build.sh could not build it (its
-    UNAVAILABLE file: the proxy's answer, or what it lacked), or it is nowhere on PATH."""
+    """The tool's path. Else a skip only where toolchain/build.sh proved it cannot be built here
+    (its UNAVAILABLE file quotes the proxy's answer); otherwise a failure that says what is missing."""
     found = shutil.which(name, path=path)
     if found is None:
         _missing(name, "is not on PATH or in the toolchain")
@@ -58,7 +67,7 @@ def _missing(name: str, what: str) -> None:
     refused = [line for line in lines if line.startswith(f"{name}:")]
     if refused:
         pytest.skip(f"`{name}` is not available here ({unavailable}): {refused[0]}")
-    pytest.skip(f"`{name}` {what}: install it (or run `make setup`, toolchain/build.sh) to run the engine tests")
+    pytest.fail(f"`{name}` {what}: run `make setup` (toolchain/build.sh), or install it", pytrace=False)
 
 
 def _pinned(package: str) -> str:
@@ -84,7 +93,7 @@ def require_engine(env: dict[str, str]) -> str:
     done = subprocess.run([pulumi, "version"], env=env, capture_output=True, text=True, timeout=120)
     minimum = sdk_minimum_cli()
     if done.returncode != 0 or _version(done.stdout.strip()) < _version(minimum):
-        pytest.skip(f"the Pulumi CLI at {pulumi} is {done.stdout.strip() or done.stderr.strip()}, older than v{minimum}")
+        pytest.fail(f"the Pulumi CLI at {pulumi} is {done.stdout.strip() or done.stderr.strip()}, older than v{minimum}")
     # The CLI finds a language host beside itself or on PATH, as the official installer lays them out.
     language_host = "pulumi-language-python"
     if shutil.which(language_host, path=f"{Path(pulumi).parent}{os.pathsep}{env['PATH']}") is None:

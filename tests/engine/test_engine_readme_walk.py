@@ -8,7 +8,9 @@ the lines from the README itself, so an untested line cannot be added.
 
 from __future__ import annotations
 
+import json
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pulumi_project import COMMAND_TIMEOUT_S, REPO, PulumiProject, Result, require_tool, toolchain_path
+from pulumi_project import COMMAND_TIMEOUT_S, REPO, PulumiProject, Result, cli_home, require_tool, toolchain_path
 from toolchain.apiserver import LocalApiServer
 
 pytestmark = pytest.mark.timeout(3600)
@@ -86,14 +88,18 @@ def fresh_clone(root: Path) -> Path:
 
 
 def user_environment(home: Path, kubeconfig: str) -> dict[str, str]:
-    """A new user's shell: no backend, passphrase or stack chosen yet; the engine on PATH."""
+    """A new user's shell: no backend, passphrase or stack chosen yet; the engine on PATH. The user's
+    home is `home`, and so is the CLI's: its PULUMI_HOME is where it would be for a user whose home
+    that is, so the walk's login never touches this machine's. Its plugins are the ones `make setup`
+    installed in the CLI's home here."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "KUBE"))}
-    plugins = Path(os.environ.get("PULUMI_HOME", Path.home() / ".pulumi")) / "plugins"
     (home / ".pulumi").mkdir(parents=True)
+    plugins = cli_home() / "plugins"
     if plugins.is_dir():  # a provider installed as a plugin, rather than on PATH
         (home / ".pulumi" / "plugins").symlink_to(plugins)
     env.update(
         HOME=str(home),
+        PULUMI_HOME=str(home / ".pulumi"),
         PATH=toolchain_path(),
         KUBECONFIG=kubeconfig,
         KUBECACHEDIR=str(home / ".kube" / "cache"),
@@ -210,3 +216,27 @@ def test_stack_init_on_a_fresh_clone_adds_only_the_salt_the_readme_speaks_of(tmp
     assert len(diff) == 1 and diff[0].startswith("+encryptionsalt: "), diff
     readme = " ".join(README.read_text().split())
     assert "`pulumi stack init` changes one tracked file: it adds an `encryptionsalt:` line to `stacks/Pulumi.dev.yaml`" in readme
+
+
+def test_the_walks_login_stays_in_its_own_home(walk):
+    """`pulumi login` wrote the walk's backend into the walk's CLI home, not this machine's."""
+    home = walk.copy.parent.parent / "home"
+    credentials = json.loads((home / ".pulumi" / "credentials.json").read_text())
+    assert credentials["current"] == f"file://{home}/.pulumi-state", credentials
+
+
+def test_the_cli_takes_its_home_from_the_user_database_not_from_HOME(tmp_path):
+    """Without PULUMI_HOME, the CLI run with another $HOME sees the same plugins and writes nothing
+    there: why the walk sets PULUMI_HOME to move the CLI's home with the user's."""
+
+    def plugins(home: str) -> list:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")}
+        env.update(HOME=home, PATH=toolchain_path(), PULUMI_SKIP_UPDATE_CHECK="true")
+        listed = subprocess.run(["pulumi", "plugin", "ls", "--json"], env=env, capture_output=True, text=True, timeout=120)
+        assert listed.returncode == 0, listed.stderr
+        return json.loads(listed.stdout or "[]") or []
+
+    in_user_home = plugins(pwd.getpwuid(os.getuid()).pw_dir)
+    assert any(p["name"] == "kubernetes" for p in in_user_home), in_user_home
+    assert plugins(str(tmp_path)) == in_user_home
+    assert not (tmp_path / ".pulumi").exists()
