@@ -3,6 +3,8 @@ provider's render-to-directory mode), and every manifest is one a Kubernetes API
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import os
 import stat
 import subprocess
@@ -151,3 +153,13 @@ def test_the_render_dir_applies_in_one_kubectl_apply_on_an_empty_api_server(dev)
     assert stored.returncode == 0, stored.stderr
     expected = {f"{doc['kind']}/{doc['metadata']['name']}" for doc in documents if doc["kind"] in kinds}
     assert len(expected) == len(kinds) and expected <= set(stored.stdout.split()), stored.stdout
+
+
+def test_the_provider_that_ran_is_the_release_the_sdk_asks_for(dev):
+    """The pin, the installed SDK, the plugin the engine has and what the state records agree."""
+    pinned = dict(line.split("==", 1) for line in (REPO / "requirements.txt").read_text().split() if "==" in line)["pulumi-kubernetes"]
+    assert importlib.metadata.version("pulumi-kubernetes") == pinned
+    plugins = json.loads(dev.project.run("plugin", "ls", "--json").stdout or "[]") or []
+    assert [p["version"] for p in plugins if (p["kind"], p["name"]) == ("resource", "kubernetes")] == [pinned], plugins
+    providers = [r for r in dev.project.export_state("dev")["deployment"]["resources"] if r["type"] == PROVIDER_TYPE]
+    assert providers and {r["inputs"]["version"] for r in providers} == {pinned}, providers
