@@ -2,7 +2,7 @@
 # Builds the container images of the local test cluster without a registry or a Docker engine
 # (buildah, debootstrap, gcc), into a cache outside the repository, each as an uncompressed
 # docker-archive tar that `ctr -n k8s.io images import <tar>` (containerd 1.6) accepts:
-#   - pause:        the pod sandbox, one static C binary (toolchain/pause.c);
+#   - pause:        the pod sandbox, one static C binary (toolchain/pause.c), also its `python`;
 #   - trainer-base: Debian bookworm (debootstrap minbase) with Debian's python3, a virtualenv at
 #                   /opt/venv first on PATH, and the pins of trainer/requirements.txt (torch with
 #                   its nvidia-* CUDA libraries: about 5 GB installed) from PyPI; it stands in
@@ -120,7 +120,10 @@ build_pause() {
   gcc -static -O2 -s -Wall -Wextra -o pause "$here/pause.c"
   ctr=$(bah from --signature-policy "$cache/policy.json" --name ddp-infra-pause-work scratch)
   bah copy --chmod 0755 "$ctr" pause /pause
-  bah config --entrypoint '["/pause"]' --cmd '' --user 65535:65535 \
+  # Also as the trainer container's `python`: a stack whose image is this one runs pods that wait
+  # for SIGTERM and exit 0, to test what controllers do with a world without the trainer image.
+  bah copy --chmod 0755 "$ctr" pause /usr/local/bin/python
+  bah config --entrypoint '["/pause"]' --cmd '' --env PATH=/usr/local/bin --user 65535:65535 \
     --created-by "gcc -static -O2 toolchain/pause.c (toolchain/images.sh)" "$ctr"
   bah commit --signature-policy "$cache/policy.json" --format docker --rm "$ctr" "$pause_ref.partial"
   bah tag "$pause_ref.partial" "$pause_ref"

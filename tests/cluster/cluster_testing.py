@@ -1,32 +1,22 @@
-"""Deploying the dev stack to the local cluster and watching what the cluster does.
-
-With a Pulumi engine on PATH, the real `pulumi up` and `pulumi destroy` deploy it (EngineStack).
-Without one, the program's own objects, evaluated under mocks from the committed stack file (see
-infra_harness), are applied with kubectl the way pulumi-kubernetes applies them (DevStack): in
-the order it creates them (the namespace, then what the workload depends on, then the workload),
-with its create, update, replace and delete for each.
-"""
+"""Deploying the dev stack to the local cluster with the real `pulumi up` and `pulumi destroy`
+(EngineStack), and watching what the cluster does."""
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-import pytest
 import yaml
 
 from ddp_infra.claim_changes import ClaimChangeRefused
-from ddp_infra.workload import pod_template_of
-from infra_harness import DELETE, Evaluation, Registered, evaluate, stack_config_with, stack_file_config
-from pulumi_project import PROJECT, PulumiProject
+from infra_harness import DELETE, Evaluation, evaluate, stack_config_with, stack_file_config
+from pulumi_project import PROJECT, PulumiProject, Result
 from trainer import contract
 from toolchain.cluster import LocalCluster
 
-WORKLOAD_KINDS = ("StatefulSet", "Job", "JobSet")
 
 # The dev stack as committed: what the tests deploy and where they look for it.
 DEV = stack_file_config("dev")
@@ -50,86 +40,6 @@ LONG_RUN = ["-m", "trainer.train", "smoke", "--epochs", "500", "--batch", "256",
             "--features", "128", "--classes", "4", "--lr", "3e-3", "--seed", "42", "--checkpoint-every", "0"]  # fmt: skip
 
 
-def _key(resource: Registered) -> tuple[str, str, str]:
-    metadata = resource.manifest["metadata"]
-    return resource.manifest["kind"], metadata.get("namespace", ""), metadata["name"]
-
-
-def _creation_order(resources: list[Registered]) -> list[Registered]:
-    rank = {"Namespace": 0, **{kind: 2 for kind in WORKLOAD_KINDS}}
-    return sorted(resources, key=lambda r: rank.get(r.manifest["kind"], 1))
-
-
-class DevStack:
-    """The dev stack's objects applied the way pulumi-kubernetes does, for a cluster test without an engine.
-
-    - create: `kubectl create` (an object already there is AlreadyExists), except through the
-      provider that adopts retained objects (`upsertExistingObjects`): server-side apply;
-    - update: server-side apply, as the provider's default, taking over the fields its create
-      set (the provider moves them from the create's field manager to its own);
-    - replace (a field of `replaceOnChanges` changed, `deleteBeforeReplace`): a foreground delete,
-      waited for as the provider waits without skipAwait, then a create;
-    - destroy: deletes in reverse creation order, each waited for, leaving the retained objects.
-    Objects are sent as JSON, as the provider sends them (YAML would make numbers of strings like 3e-3).
-    """
-
-    def __init__(self, cluster: LocalCluster):
-        self.cluster = cluster
-        self.deployed: dict[tuple[str, str, str], Registered] = {}
-        self.outputs: dict[str, Any] = {}
-
-    def up(self, **overrides: Any) -> list[dict[str, Any]]:
-        evaluation = _evaluated(stack_config_with("dev", **overrides), self.outputs)
-        self.outputs = evaluation.outputs
-        wanted = _kubernetes_objects(evaluation)
-        for resource in wanted:
-            old = self.deployed.pop(_key(resource), None) or self._aliased(resource)
-            if old is None:
-                self._create(resource)
-            elif old.type != resource.type or any(
-                old.manifest.get(field) != resource.manifest.get(field) for field in resource.replace_on_changes
-            ):
-                assert resource.delete_before_replace, f"{_key(resource)} would be created beside its old self"
-                self._delete(old)
-                self._create(resource)
-            elif old.manifest != resource.manifest:
-                self._send("apply", "--server-side", "--field-manager=pulumi-kubernetes", "--force-conflicts", resource=resource)
-            self.deployed[_key(resource)] = resource
-        # What the program no longer registers is deleted at the end of the update, as the engine does.
-        for key in [key for key in self.deployed if key not in {_key(r) for r in wanted}][::-1]:
-            self._delete(self.deployed.pop(key))
-        return [r.manifest for r in wanted]
-
-    def _aliased(self, resource: Registered) -> Registered | None:
-        """The deployed resource that `resource` names as an alias (same name, another type), taken over."""
-        for key, old in list(self.deployed.items()):
-            if old.name == resource.name and old.type in resource.alias_types:
-                return self.deployed.pop(key)
-        return None
-
-    def destroy(self) -> None:
-        for resource in _creation_order(list(self.deployed.values()))[::-1]:
-            if not resource.retain_on_delete:
-                self._delete(resource)
-        self.deployed.clear()
-        self.outputs = {}  # a destroyed stack has no outputs
-
-    def _create(self, resource: Registered) -> None:
-        if resource.retain_on_delete:  # the retained objects' provider upserts
-            self._send("apply", "--server-side", "--field-manager=pulumi-kubernetes", resource=resource)
-        else:
-            self._send("create", resource=resource)
-
-    def _send(self, *verb: str, resource: Registered) -> None:
-        self.cluster.kubectl(*verb, "-f", "-", input=json.dumps(resource.manifest))
-
-    def _delete(self, resource: Registered, timeout: float = 300) -> None:
-        kind, namespace, name = _key(resource)
-        where = ["-n", namespace] if namespace else []
-        self.cluster.kubectl("delete", kind.lower(), name, *where, "--cascade=foreground", "--wait=true",
-                             f"--timeout={int(timeout)}s", timeout=timeout + 30)  # fmt: skip
-
-
 def pause_pod_resources(cpu: str) -> dict[str, str]:
     """Stack overrides for pods that run the pause binary: `cpu` each and little memory, so that
     a test's queue or quota, not the node, is what holds a world back."""
@@ -137,71 +47,63 @@ def pause_pod_resources(cpu: str) -> dict[str, str]:
             "shmSize": "16Mi"}  # fmt: skip
 
 
-class PauseStack(DevStack):
-    """The dev stack with the trainer container running the pause binary: a controller's own
-    behaviour, without the trainer image. The pause process exits 0 on SIGTERM, so only a kill
-    fails a pod."""
-
-    def _send(self, *verb: str, resource: Registered) -> None:
-        manifest = copy.deepcopy(resource.manifest)
-        if manifest["kind"] in WORKLOAD_KINDS:
-            trainer = pod_template_of(manifest)["spec"]["containers"][0]
-            trainer.update(image=self.cluster.images["pause"], command=["/pause"], args=[])
-        self.cluster.kubectl(*verb, "-f", "-", input=json.dumps(manifest))
-
-
-def _evaluated(values: dict[str, Any], previous_outputs: dict[str, Any]) -> Evaluation:
-    """The program's evaluation after a deployment that left `previous_outputs`; its refusal raised."""
-    evaluation = evaluate(values, previous_outputs=previous_outputs)
-    if evaluation.error is not None:
-        raise evaluation.error
-    return evaluation
-
-
-def _kubernetes_objects(evaluation: Evaluation) -> list[Registered]:
-    return _creation_order([r for r in evaluation.registered if r.custom and r.type.startswith("kubernetes:")])
+def _kubernetes_objects(evaluation: Evaluation) -> list[dict[str, Any]]:
+    return [r.manifest for r in evaluation.registered if r.custom and r.type.startswith("kubernetes:")]
 
 
 class EngineStack:
     """The dev stack deployed to the cluster by the real `pulumi up` and `pulumi destroy`, from a copy
-    of the project with its own state backend (tests/engine/pulumi_project.py). Each `up` writes the
-    committed stack file's config with the test's changes and without renderDir, so the provider
-    applies to the cluster that KUBECONFIG names."""
+    of the project with its own file state backend (tests/engine/pulumi_project.py). Each `up` writes
+    the committed stack file's config with the test's changes (and `defaults`) and without renderDir,
+    so the provider applies to the cluster that KUBECONFIG names."""
 
-    def __init__(self, cluster: LocalCluster, root: Path):
-        self.project = PulumiProject(root)  # a skip when no engine is on PATH
+    def __init__(self, cluster: LocalCluster, root: Path, stack: str = "dev", **defaults: Any):
+        self.project = PulumiProject(root)
         Path(self.project.env["KUBECONFIG"]).symlink_to(cluster.kubeconfig)
-        self.project.init_stack("dev")
+        self.stack = stack
+        self.project.init_stack(stack)
+        self.defaults = defaults
         self.outputs: dict[str, Any] = {}
 
     def up(self, **overrides: Any) -> list[dict[str, Any]]:
-        values = stack_config_with("dev", kubernetes__renderDir=DELETE, **overrides)
-        stack_file = self.project.stack_file("dev")
-        document = yaml.safe_load(stack_file.read_text())
+        """`pulumi up`; returns the objects it applied, as the mock evaluation of the same config shows them."""
+        values = stack_config_with("dev", kubernetes__renderDir=DELETE, **{**self.defaults, **overrides})
+        stack_file = self.project.stack_file(self.stack)
+        document = yaml.safe_load(stack_file.read_text()) if stack_file.exists() else {}
         document["config"] = {f"{PROJECT}:{key}": value for key, value in values.items()}
         # Every scalar quoted: the engine reads YAML 1.2, where an unquoted 1e-3 is a number.
         stack_file.write_text(yaml.safe_dump(document, default_style='"'))
-        result = self.project.run("up", "--stack", "dev", "--yes", "--skip-preview", "--color", "never", check=False)
+        result = self.project.run("up", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never", check=False)
         if result.returncode != 0:
             if "refused: a claim" in result.output:
                 raise ClaimChangeRefused(result.output)
-            raise AssertionError(f"pulumi up failed:\n{result.describe()}")
-        self.outputs = json.loads(self.project.stack_outputs("dev").stdout)
-        # What the provider applied: the program's objects, as the mock evaluation of the same config shows them.
-        return [r.manifest for r in _kubernetes_objects(evaluate(values))]
+            raise UpFailed(result)
+        print(f"\n[engine] pulumi up --stack {self.stack}: {summary_line(result.output)}")
+        self.outputs = json.loads(self.project.stack_outputs(self.stack).stdout)
+        return _kubernetes_objects(evaluate(values))
 
     def destroy(self) -> None:
-        self.project.run("destroy", "--stack", "dev", "--yes", "--skip-preview", "--color", "never")
+        self.project.run("destroy", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never")
         self.outputs = {}
 
 
-def deployed_stack(cluster: LocalCluster, root: Path) -> EngineStack | DevStack:
-    """EngineStack where an engine is on PATH, else DevStack."""
-    try:
-        return EngineStack(cluster, root)
-    except pytest.skip.Exception as no_engine:
-        print(f"\n[dev stack] applied as the provider would (no engine: {no_engine.msg})")
-        return DevStack(cluster)
+class UpFailed(AssertionError):
+    def __init__(self, result: Result):
+        super().__init__(f"pulumi up failed:\n{result.describe()}")
+        self.result = result
+
+
+def summary_line(output: str) -> str:
+    """The engine's resource count of an update ("+ 3 created, 14 unchanged"), on one line."""
+    lines = output.split("Resources:", 1)[-1].split("Duration:", 1)[0].split("\n")
+    return ", ".join(line.strip() for line in lines if line.strip()) or output.strip()[-200:]
+
+
+def pause_stack(cluster: LocalCluster, root: Path) -> EngineStack:
+    """The dev stack with the pause image as the trainer's: its `python` is the pause binary
+    (toolchain/images.sh), so the pods wait for SIGTERM and exit 0, and only a kill fails one.
+    A controller's own behaviour, through the real engine, without the trainer image."""
+    return EngineStack(cluster, root, image__name=cluster.images["pause"], image__pullPolicy="IfNotPresent")
 
 
 def delete_namespace(cluster: LocalCluster, namespace: str, timeout: float = 240) -> None:

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from cluster_testing import DEV, NAMESPACE, TEST_DOMAIN, PauseStack, delete_namespace, deployed_stack
+from cluster_testing import DEV, NAMESPACE, TEST_DOMAIN, EngineStack, delete_namespace, pause_stack as paused
 from toolchain.apiserver import find_tool, tool_dir
 from toolchain.cluster import ADDONS, LocalCluster, image_archives
 
@@ -56,7 +56,8 @@ CONTROLLERS = ("jobset", "kueue", "volcano")
 
 
 def _require_managers() -> None:
-    """A skip that says why when toolchain/build.sh has not built a controller here."""
+    """A skip only where toolchain/build.sh proved a controller cannot be built here (its
+    UNAVAILABLE file quotes the proxy's answer); otherwise a missing one fails."""
     bin_dir = tool_dir()
     for name in CONTROLLERS:
         try:
@@ -64,7 +65,9 @@ def _require_managers() -> None:
         except FileNotFoundError as missing:
             unavailable = bin_dir / "UNAVAILABLE"
             refused = [line for line in unavailable.read_text().splitlines() if line.startswith(f"{name}:")] if unavailable.exists() else []
-            pytest.skip(f"the {name} controller is not in the toolchain ({unavailable}): {refused[0]}" if refused else str(missing))
+            if refused:
+                pytest.skip(f"the {name} controller is not in the toolchain ({unavailable}): {refused[0]}")
+            pytest.fail(f"{missing}: run `make setup` (toolchain/build.sh)", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -85,10 +88,8 @@ def controllers_dev_image(controllers_cluster):
 
 
 @contextmanager
-def _stack_removed_after(cluster, root):
-    """The dev stack on `cluster`, deployed by the real engine where one is on PATH; removed after the
-    test, its retained claims and namespace included."""
-    stack = deployed_stack(cluster, root)
+def _removed_after(cluster, stack):
+    """The stack, removed after the test: `pulumi destroy`, then its retained claims and namespace."""
     try:
         yield stack
     finally:
@@ -101,23 +102,19 @@ def _stack_removed_after(cluster, root):
 @pytest.fixture
 def dev_stack(cluster, dev_image, tmp_path):
     """The dev stack, brought up and changed by the test (`up` with overrides)."""
-    with _stack_removed_after(cluster, tmp_path / "engine") as stack:
+    with _removed_after(cluster, EngineStack(cluster, tmp_path / "engine")) as stack:
         yield stack
 
 
 @pytest.fixture
 def controllers_stack(controllers_cluster, tmp_path):
     """The dev stack on the controllers' cluster (the test chooses workload.kind and the image)."""
-    with _stack_removed_after(controllers_cluster, tmp_path / "engine") as stack:
+    with _removed_after(controllers_cluster, EngineStack(controllers_cluster, tmp_path / "engine")) as stack:
         yield stack
 
 
 @pytest.fixture
-def pause_stack(controllers_cluster):
+def pause_stack(controllers_cluster, tmp_path):
     """The dev stack on the controllers' cluster with the pause binary in place of the trainer."""
-    stack = PauseStack(controllers_cluster)
-    yield stack
-    try:
-        stack.destroy()
-    finally:
-        delete_namespace(controllers_cluster, NAMESPACE)
+    with _removed_after(controllers_cluster, paused(controllers_cluster, tmp_path / "engine")) as stack:
+        yield stack

@@ -163,7 +163,7 @@ def test_kueue_admits_a_world_whole_or_not_at_all(controllers_cluster, quota, pa
 
 @pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
 def test_up_returns_while_the_world_waits_in_its_queue(controllers_cluster, quota, controllers_dev_image, controllers_stack, kind):
-    """`pulumi up` (the real one where an engine is on PATH) of a world its queue cannot hold yet
+    """`pulumi up` of a world its queue cannot hold yet
     returns once the controller has taken the suspended workload, instead of waiting for Kueue."""
     cluster = controllers_cluster
     quota(1)
@@ -174,5 +174,5 @@ def test_up_returns_while_the_world_waits_in_its_queue(controllers_cluster, quot
     held = held_back(cluster, kind)
     assert "insufficient quota for pods" in condition(held, "QuotaReserved")["message"], held["status"]
     assert suspended(cluster, kind) and pods(cluster, NAMESPACE) == {}
-    print(f"\n[figures] Kueue ({kind}): {type(controllers_stack).__name__}.up returned {returned_after:.1f} s after it began, "
+    print(f"\n[figures] Kueue ({kind}): pulumi up returned {returned_after:.1f} s after it began, "
           "the world held back in its queue")  # fmt: skip
