@@ -1,9 +1,8 @@
 """What a cluster does to a training world, and the world surviving it: any pod lost (pod 0, which
 hosts the rendezvous store, included), a resize while it trains, and destroy then up.
 
-Each journey deploys the dev stack with the real `pulumi up` where an engine is on PATH, else
-applies its objects as the provider would (see cluster_testing), and reads what the cluster and
-/out show. The figures (time to re-form, time for a resize) are
+Each journey deploys the dev stack with the real `pulumi up` (see cluster_testing), and reads what
+the cluster and /out show. The figures (time to re-form, time for a resize) are
 printed for the README.
 """
 
@@ -12,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +19,7 @@ import pytest
 from trainer_testing import done_lines, same_result, uninterrupted_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, all_logs, evict, get, job_condition, pod_name, pods, run_dir, wait_for, wait_for_world,
+    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, all_logs, evict, get, job_condition, pod_name, pods, run_dir, wait_for, wait_for_world,
     world_pods,
 )  # fmt: skip
 from ddp_infra.claim_changes import ClaimChangeRefused
@@ -29,6 +29,9 @@ pytestmark = pytest.mark.timeout(1500)
 
 # Three pods of the dev stack on the node's two CPUs.
 SMALL_PODS = {"resources__requests__cpu": "500m"}
+# The disrupted run made long enough to still train after an unchanged `up` and two resizes, each
+# an engine run of its own.
+RESIZED_RUN = [*RUN_ARGS[: RUN_ARGS.index("--epochs") + 1], "8", *RUN_ARGS[RUN_ARGS.index("--epochs") + 2 :]]
 
 
 def checkpoints(cluster) -> Path:
@@ -123,15 +126,52 @@ def world_env(cluster) -> set[tuple[str, str]]:
     return found
 
 
+def uids_and_restarts(cluster) -> dict[str, object]:
+    """What changes when the world is touched: the Job's uid and generation, each pod's uid and restarts."""
+    job = get(cluster, "job", WORKLOAD, NAMESPACE)
+    return {"job": (job["metadata"]["uid"], job["metadata"]["generation"]),
+            **{name: (pod["metadata"]["uid"], [c.get("restartCount") for c in pod.get("status", {}).get("containerStatuses", [])])
+               for name, pod in pods(cluster, NAMESPACE).items()}}  # fmt: skip
+
+
+class SizePoller:
+    """Polls the namespace's pods while a block runs: every world size (NNODES) seen among them at once."""
+
+    def __init__(self, cluster, interval: float = 0.5):
+        self.cluster, self.interval, self.seen = cluster, interval, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.seen.append(sorted({size for size, _ in world_env(self.cluster)}))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "SizePoller":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+
 def test_a_resize_while_training_stops_the_world_and_resumes_it_whole_at_the_new_size(cluster, dev_stack):
-    dev_stack.up(run__args=RUN_ARGS, **SMALL_PODS)
+    dev_stack.up(run__args=RESIZED_RUN, **SMALL_PODS)
     wait_for_world(cluster, 2)
     claims = {name: pod["metadata"]["uid"] for name, pod in _claims(cluster).items()}
+    # An unchanged `up` leaves the running world alone: the same Job and pods, no restart.
+    untouched = uids_and_restarts(cluster)
+    dev_stack.up(run__args=RESIZED_RUN, **SMALL_PODS)
+    assert uids_and_restarts(cluster) == untouched
     figures = {}
     for before, after in ((2, 3), (3, 2)):
         wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
         started = time.monotonic()
-        dev_stack.up(nodes=str(after), run__args=RUN_ARGS, **SMALL_PODS)
+        with SizePoller(cluster) as poller:
+            dev_stack.up(nodes=str(after), run__args=RESIZED_RUN, **SMALL_PODS)
+        # No pod of the old size ran beside one of the new size at any poll while `up` ran.
+        assert poller.seen and all(len(sizes) <= 1 for sizes in poller.seen), poller.seen
         # up returned once the old world was gone: it stopped at a SIGTERM checkpoint of its own size.
         stopped = newest_checkpoint(cluster)
         assert (stopped["reason"], stopped["world_size"]) == ("sigterm", before), stopped
@@ -201,4 +241,23 @@ def test_destroy_then_up_adopts_the_retained_claims_and_resumes(cluster, dev_sta
     dev_stack.up(run__args=RUN_ARGS)
     line, _ = wait_for_reform(cluster, 0)
     assert f"ckpt-{stopped['step']:08d}:" in line, line
+    assert {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()} == claims
+
+
+def test_a_second_stack_on_the_same_namespace_is_refused_and_leaves_the_first_alone(cluster, dev_stack, tmp_path):
+    """Another project's dev stack (its own state) aimed at the namespace of a running world: its
+    `up` fails with AlreadyExists, and neither it nor its `destroy` touches the first's world."""
+    dev_stack.up(run__args=RUN_ARGS)
+    wait_for_world(cluster)
+    world = uids_and_restarts(cluster)
+    claims = {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()}
+    second = EngineStack(cluster, tmp_path / "second")
+    try:
+        with pytest.raises(UpFailed) as refused:
+            second.up(run__args=RUN_ARGS)
+        assert "already exists" in refused.value.result.output, refused.value.result.output
+        assert uids_and_restarts(cluster) == world
+    finally:
+        second.destroy()
+    assert uids_and_restarts(cluster) == world
     assert {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()} == claims
