@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from typing import Any
 
 import pytest
@@ -40,8 +41,13 @@ def install_crds(api: LocalApiServer, addon: ControllerAddOn) -> None:
         pytest.skip(f"{addon.name}'s CRDs come with its controller, which the toolchain lacks: {missing}")
     crds = [doc for doc in addon.api_objects(addon.install_manifests(manager)) if doc["kind"] == "CustomResourceDefinition"]
     kubectl(api, "apply", "--server-side", "-f", "-", documents=crds)
+    # Polled, not `kubectl wait --for=condition`: that fails at once on a CRD the API server has
+    # not yet given any condition (`.status.conditions accessor error`, seen in make test).
+    deadline = time.monotonic() + KUBECTL_TIMEOUT
     for crd in addon.crds:
-        kubectl(api, "wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        while kubectl(api, "get", f"crd/{crd}", "-o", 'jsonpath={.status.conditions[?(@.type=="Established")].status}') != "True":
+            assert time.monotonic() < deadline, f"CRD {crd} not Established after {KUBECTL_TIMEOUT} s"
+            time.sleep(0.2)
 
 
 @pytest.fixture(params=contract.WORKLOAD_KINDS)
