@@ -51,6 +51,10 @@ def _kubernetes_objects(evaluation: Evaluation) -> list[dict[str, Any]]:
     return [r.manifest for r in evaluation.registered if r.custom and r.type.startswith("kubernetes:")]
 
 
+# Every `pulumi` command the cluster journeys ran, for the session's closing summary (conftest.py).
+ENGINE_COMMANDS: list[str] = []
+
+
 class EngineStack:
     """The dev stack deployed to the cluster by the real `pulumi up` and `pulumi destroy`, from a copy
     of the project with its own file state backend (tests/engine/pulumi_project.py). Each `up` writes
@@ -74,6 +78,7 @@ class EngineStack:
         # Every scalar quoted: the engine reads YAML 1.2, where an unquoted 1e-3 is a number.
         stack_file.write_text(yaml.safe_dump(document, default_style='"'))
         result = self.project.run("up", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never", check=False)
+        ENGINE_COMMANDS.append("up")
         if result.returncode != 0:
             if "refused: a claim" in result.output:
                 raise ClaimChangeRefused(result.output)
@@ -84,6 +89,7 @@ class EngineStack:
 
     def destroy(self) -> None:
         self.project.run("destroy", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never")
+        ENGINE_COMMANDS.append("destroy")
         self.outputs = {}
 
 

@@ -3,12 +3,17 @@ also when a test fails or the run is interrupted (Ctrl-C, or SIGTERM from CI's t
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import signal
+import subprocess
 from contextlib import contextmanager
 
 import pytest
 
-from cluster_testing import DEV, NAMESPACE, TEST_DOMAIN, EngineStack, delete_namespace, pause_stack as paused
+from cluster_testing import DEV, ENGINE_COMMANDS, NAMESPACE, TEST_DOMAIN, EngineStack, delete_namespace, pause_stack as paused
+from pulumi_project import toolchain_path
 from toolchain.apiserver import find_tool, tool_dir
 from toolchain.cluster import ADDONS, LocalCluster, image_archives
 
@@ -118,3 +123,17 @@ def pause_stack(controllers_cluster, tmp_path):
     """The dev stack on the controllers' cluster with the pause binary in place of the trainer."""
     with _removed_after(controllers_cluster, paused(controllers_cluster, tmp_path / "engine")) as stack:
         yield stack
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Says, in every run's output, that the journeys went through the real engine, and which."""
+    if not ENGINE_COMMANDS:
+        return
+    path = toolchain_path()
+    cli = subprocess.run(["pulumi", "version"], env={**os.environ, "PATH": path}, capture_output=True, text=True, timeout=60)
+    plugins = subprocess.run(["pulumi", "plugin", "ls", "--json"], env={**os.environ, "PATH": path}, capture_output=True, text=True, timeout=60)
+    provider = [p["version"] for p in json.loads(plugins.stdout or "[]") or [] if (p["kind"], p["name"]) == ("resource", "kubernetes")]
+    terminalreporter.write_line(
+        f"cluster journeys: {ENGINE_COMMANDS.count('up')} `pulumi up` and {ENGINE_COMMANDS.count('destroy')} `pulumi destroy` "
+        f"through the real engine (pulumi {cli.stdout.strip()} at {shutil.which('pulumi', path=path)}, kubernetes provider {', '.join(provider)})"
+    )
