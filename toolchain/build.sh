@@ -273,7 +273,8 @@ cli_build_version() {
 if served "github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3@v$pulumi_version"; then
   lang_module=github.com/pulumi/pulumi/sdk/python/cmd/pulumi-language-python/v3
   lang_version=$pulumi_version
-  else
+  lang_dir=$cache/pulumi-language-python-v$pulumi_version
+else
   lang_module=github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python
   lang_version=$lang_fallback_version
   lang_dir=$cache/pulumi-language-python-v$lang_version-exec-v$pulumi_version
