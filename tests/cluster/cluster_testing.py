@@ -61,11 +61,11 @@ class EngineStack:
     the committed stack file's config with the test's changes (and `defaults`) and without renderDir,
     so the provider applies to the cluster that KUBECONFIG names."""
 
-    def __init__(self, cluster: LocalCluster, root: Path, stack: str = "dev", **defaults: Any):
+    def __init__(self, cluster: LocalCluster, root: Path, **defaults: Any):
         self.project = PulumiProject(root)
         Path(self.project.env["KUBECONFIG"]).symlink_to(cluster.kubeconfig)
-        self.stack = stack
-        self.project.init_stack(stack)
+        self.stack = "dev"
+        self.project.init_stack(self.stack)
         self.defaults = defaults
         self.outputs: dict[str, Any] = {}
 
@@ -73,7 +73,7 @@ class EngineStack:
         """`pulumi up`; returns the objects it applied, as the mock evaluation of the same config shows them."""
         values = stack_config_with("dev", kubernetes__renderDir=DELETE, **{**self.defaults, **overrides})
         stack_file = self.project.stack_file(self.stack)
-        document = yaml.safe_load(stack_file.read_text()) if stack_file.exists() else {}
+        document = yaml.safe_load(stack_file.read_text())
         document["config"] = {f"{PROJECT}:{key}": value for key, value in values.items()}
         # Every scalar quoted: the engine reads YAML 1.2, where an unquoted 1e-3 is a number.
         stack_file.write_text(yaml.safe_dump(document, default_style='"'))

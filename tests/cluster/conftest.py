@@ -3,7 +3,6 @@ also when a test fails or the run is interrupted (Ctrl-C, or SIGTERM from CI's t
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -13,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 
 from cluster_testing import DEV, ENGINE_COMMANDS, NAMESPACE, TEST_DOMAIN, EngineStack, delete_namespace, pause_stack as paused
-from pulumi_project import toolchain_path
+from pulumi_project import installed_plugins, provider_versions, toolchain_path
 from toolchain.apiserver import find_tool, tool_dir
 from toolchain.cluster import ADDONS, LocalCluster, image_archives
 
@@ -129,11 +128,11 @@ def pytest_terminal_summary(terminalreporter):
     """Says, in every run's output, that the journeys went through the real engine, and which."""
     if not ENGINE_COMMANDS:
         return
-    path = toolchain_path()
-    cli = subprocess.run(["pulumi", "version"], env={**os.environ, "PATH": path}, capture_output=True, text=True, timeout=60)
-    plugins = subprocess.run(["pulumi", "plugin", "ls", "--json"], env={**os.environ, "PATH": path}, capture_output=True, text=True, timeout=60)
-    provider = [p["version"] for p in json.loads(plugins.stdout or "[]") or [] if (p["kind"], p["name"]) == ("resource", "kubernetes")]
+    env = {**os.environ, "PATH": toolchain_path()}
+    pulumi = shutil.which("pulumi", path=env["PATH"])
+    cli = subprocess.run([pulumi, "version"], env=env, capture_output=True, text=True, timeout=60)
+    provider = provider_versions(installed_plugins(pulumi, env))
     terminalreporter.write_line(
         f"cluster journeys: {ENGINE_COMMANDS.count('up')} `pulumi up` and {ENGINE_COMMANDS.count('destroy')} `pulumi destroy` "
-        f"through the real engine (pulumi {cli.stdout.strip()} at {shutil.which('pulumi', path=path)}, kubernetes provider {', '.join(provider)})"
+        f"through the real engine (pulumi {cli.stdout.strip()} at {pulumi}, kubernetes provider {', '.join(provider)})"
     )

@@ -159,7 +159,7 @@ class SizePoller:
 def test_a_resize_while_training_stops_the_world_and_resumes_it_whole_at_the_new_size(cluster, dev_stack):
     dev_stack.up(run__args=RESIZED_RUN, **SMALL_PODS)
     wait_for_world(cluster, 2)
-    claims = {name: pod["metadata"]["uid"] for name, pod in _claims(cluster).items()}
+    claims = claim_uids(cluster)
     # An unchanged `up` leaves the running world alone: the same Job and pods, no restart.
     untouched = uids_and_restarts(cluster)
     dev_stack.up(run__args=RESIZED_RUN, **SMALL_PODS)
@@ -187,7 +187,7 @@ def test_a_resize_while_training_stops_the_world_and_resumes_it_whole_at_the_new
         wait_for_world(cluster, after)
     print(f"\n[figures] seconds from `up` with a new size to the resized world resumed: {figures}")
     # No claim was touched.
-    assert {name: pod["metadata"]["uid"] for name, pod in _claims(cluster).items()} == claims
+    assert claim_uids(cluster) == claims
 
 
 def test_switching_the_workload_kind_replaces_the_world_after_it_stopped(cluster, dev_stack):
@@ -209,23 +209,24 @@ def owner_kinds(cluster) -> set[str]:
     return {pod["metadata"]["ownerReferences"][0]["kind"] for pod in pods(cluster, NAMESPACE).values()}
 
 
-def _claims(cluster) -> dict[str, dict]:
-    return {claim["metadata"]["name"]: claim
-            for claim in json.loads(cluster.kubectl("get", "pvc", "-n", NAMESPACE, "-o", "json").stdout)["items"]}  # fmt: skip
+def claim_uids(cluster) -> dict[str, str]:
+    """Each claim's uid by name: a claim replaced or re-created has another."""
+    claims = json.loads(cluster.kubectl("get", "pvc", "-n", NAMESPACE, "-o", "json").stdout)["items"]
+    return {claim["metadata"]["name"]: claim["metadata"]["uid"] for claim in claims}
 
 
 def test_destroy_then_up_adopts_the_retained_claims_and_resumes(cluster, dev_stack):
     dev_stack.up(run__args=RUN_ARGS)
     wait_for_world(cluster)
     wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
-    claims = {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()}
+    claims = claim_uids(cluster)
 
     # A claim change that the claim cannot take in place is refused before anything changes.
     world = {index: pod["metadata"]["uid"] for index, pod in world_pods(cluster).items()}
     with pytest.raises(ClaimChangeRefused, match=r"storage\.outputs\.storageClass.*would replace claim"):
         dev_stack.up(run__args=RUN_ARGS, storage__outputs__storageClass="fast")
     assert {index: pod["metadata"]["uid"] for index, pod in world_pods(cluster).items()} == world
-    assert {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()} == claims
+    assert claim_uids(cluster) == claims
 
     dev_stack.destroy()
     # The world is gone, after a checkpoint; the claims and their namespace are kept.
@@ -235,13 +236,13 @@ def test_destroy_then_up_adopts_the_retained_claims_and_resumes(cluster, dev_sta
     for kind in ("job", "service", "poddisruptionbudget", "networkpolicy", "serviceaccount"):
         left = cluster.kubectl("get", kind, "-n", NAMESPACE, "-l", "app.kubernetes.io/part-of=ddp-infra", "-o", "name")
         assert not left.stdout.strip(), left.stdout
-    assert {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()} == claims
+    assert claim_uids(cluster) == claims
 
     # up again: the namespace and the claims are adopted, not met with AlreadyExists, and the run resumes.
     dev_stack.up(run__args=RUN_ARGS)
     line, _ = wait_for_reform(cluster, 0)
     assert f"ckpt-{stopped['step']:08d}:" in line, line
-    assert {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()} == claims
+    assert claim_uids(cluster) == claims
 
 
 def test_a_second_stack_on_the_same_namespace_is_refused_and_leaves_the_first_alone(cluster, dev_stack, tmp_path):
@@ -250,7 +251,7 @@ def test_a_second_stack_on_the_same_namespace_is_refused_and_leaves_the_first_al
     dev_stack.up(run__args=RUN_ARGS)
     wait_for_world(cluster)
     world = uids_and_restarts(cluster)
-    claims = {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()}
+    claims = claim_uids(cluster)
     second = EngineStack(cluster, tmp_path / "second")
     try:
         with pytest.raises(UpFailed) as refused:
@@ -260,4 +261,4 @@ def test_a_second_stack_on_the_same_namespace_is_refused_and_leaves_the_first_al
     finally:
         second.destroy()
     assert uids_and_restarts(cluster) == world
-    assert {name: claim["metadata"]["uid"] for name, claim in _claims(cluster).items()} == claims
+    assert claim_uids(cluster) == claims

@@ -31,12 +31,17 @@ PASSPHRASE = "engine-tests-passphrase"
 COMMAND_TIMEOUT_S = 600
 
 
+def user_database_home() -> Path:
+    """The user's home as the user database gives it, which the CLI asks for; it does not read $HOME."""
+    return Path(pwd.getpwuid(os.getuid()).pw_dir)
+
+
 def cli_home() -> Path:
-    """Where the Pulumi CLI keeps plugins and credentials: $PULUMI_HOME, else `.pulumi` in the home
-    directory the user database gives (the CLI asks the OS for the user's home; it does not read $HOME)."""
+    """Where the Pulumi CLI keeps plugins and credentials: $PULUMI_HOME, else `.pulumi` in the
+    user database's home."""
     if os.environ.get("PULUMI_HOME"):
         return Path(os.environ["PULUMI_HOME"])
-    return Path(pwd.getpwuid(os.getuid()).pw_dir) / ".pulumi"
+    return user_database_home() / ".pulumi"
 
 
 def toolchain_bin_dir() -> Path:
@@ -70,7 +75,8 @@ def _missing(name: str, what: str) -> None:
     pytest.fail(f"`{name}` {what}: run `make setup` (toolchain/build.sh), or install it", pytrace=False)
 
 
-def _pinned(package: str) -> str:
+def pinned(package: str) -> str:
+    """The version requirements.txt pins `package` at."""
     pins = dict(line.split("==", 1) for line in (REPO / "requirements.txt").read_text().split() if "==" in line)
     return pins[package]
 
@@ -98,14 +104,24 @@ def require_engine(env: dict[str, str]) -> str:
     language_host = "pulumi-language-python"
     if shutil.which(language_host, path=f"{Path(pulumi).parent}{os.pathsep}{env['PATH']}") is None:
         _missing(language_host, f"is neither beside {pulumi} nor on PATH")
-    version = _pinned("pulumi-kubernetes")
-    plugins = subprocess.run([pulumi, "plugin", "ls", "--json"], env=env, capture_output=True, text=True, timeout=120)
-    installed = json.loads(plugins.stdout or "[]") or []
-    if not any((p["kind"], p["name"], p["version"]) == ("resource", "kubernetes", version) for p in installed):
+    version = pinned("pulumi-kubernetes")
+    if version not in provider_versions(installed_plugins(pulumi, env)):
         # On PATH, the engine takes the provider as it is (an ambient plugin).
         if shutil.which("pulumi-resource-kubernetes", path=env["PATH"]) is None:
             _missing("pulumi-resource-kubernetes", f"{version} is neither an installed plugin nor on PATH")
     return pulumi
+
+
+def installed_plugins(pulumi: str, env: dict[str, str]) -> list[dict]:
+    """`pulumi plugin ls --json`: the plugins the CLI has in its home."""
+    listed = subprocess.run([pulumi, "plugin", "ls", "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, f"pulumi plugin ls failed:\n{listed.stderr}"
+    return json.loads(listed.stdout or "[]") or []
+
+
+def provider_versions(plugins: list[dict]) -> list[str]:
+    """The versions of the Kubernetes provider among `plugins`."""
+    return [p["version"] for p in plugins if (p["kind"], p["name"]) == ("resource", "kubernetes")]
 
 
 @dataclass

@@ -4,7 +4,6 @@ provider's render-to-directory mode), and every manifest is one a Kubernetes API
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 import stat
 import subprocess
@@ -15,7 +14,9 @@ import pytest
 import yaml
 from kubernetes_validate.utils import SchemaNotFoundError, latest_version
 
-from pulumi_project import REPO, PulumiProject, changed_steps, require_tool, resource_name, resource_type
+from pulumi_project import (
+    REPO, PulumiProject, changed_steps, installed_plugins, pinned, provider_versions, require_tool, resource_name, resource_type,
+)  # fmt: skip
 from toolchain.apiserver import LocalApiServer
 
 pytestmark = pytest.mark.timeout(1800)
@@ -157,9 +158,9 @@ def test_the_render_dir_applies_in_one_kubectl_apply_on_an_empty_api_server(dev)
 
 def test_the_provider_that_ran_is_the_release_the_sdk_asks_for(dev):
     """The pin, the installed SDK, the plugin the engine has and what the state records agree."""
-    pinned = dict(line.split("==", 1) for line in (REPO / "requirements.txt").read_text().split() if "==" in line)["pulumi-kubernetes"]
-    assert importlib.metadata.version("pulumi-kubernetes") == pinned
-    plugins = json.loads(dev.project.run("plugin", "ls", "--json").stdout or "[]") or []
-    assert [p["version"] for p in plugins if (p["kind"], p["name"]) == ("resource", "kubernetes")] == [pinned], plugins
+    version = pinned("pulumi-kubernetes")
+    assert importlib.metadata.version("pulumi-kubernetes") == version
+    plugins = installed_plugins(dev.project.pulumi_bin, dev.project.env)
+    assert provider_versions(plugins) == [version], plugins
     providers = [r for r in dev.project.export_state("dev")["deployment"]["resources"] if r["type"] == PROVIDER_TYPE]
-    assert providers and {r["inputs"]["version"] for r in providers} == {pinned}, providers
+    assert providers and {r["inputs"]["version"] for r in providers} == {version}, providers

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import re
 import shlex
 import shutil
@@ -21,7 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pulumi_project import COMMAND_TIMEOUT_S, REPO, PulumiProject, Result, cli_home, require_tool, toolchain_path
+from pulumi_project import (
+    COMMAND_TIMEOUT_S, REPO, PulumiProject, Result, cli_home, installed_plugins, provider_versions, require_tool, toolchain_path,
+    user_database_home,
+)  # fmt: skip
 from toolchain.apiserver import LocalApiServer
 
 pytestmark = pytest.mark.timeout(3600)
@@ -229,14 +231,12 @@ def test_the_cli_takes_its_home_from_the_user_database_not_from_HOME(tmp_path):
     """Without PULUMI_HOME, the CLI run with another $HOME sees the same plugins and writes nothing
     there: why the walk sets PULUMI_HOME to move the CLI's home with the user's."""
 
-    def plugins(home: str) -> list:
+    def plugins(home: Path) -> list[dict]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PULUMI_")}
-        env.update(HOME=home, PATH=toolchain_path(), PULUMI_SKIP_UPDATE_CHECK="true")
-        listed = subprocess.run(["pulumi", "plugin", "ls", "--json"], env=env, capture_output=True, text=True, timeout=120)
-        assert listed.returncode == 0, listed.stderr
-        return json.loads(listed.stdout or "[]") or []
+        env.update(HOME=str(home), PATH=toolchain_path(), PULUMI_SKIP_UPDATE_CHECK="true")
+        return installed_plugins("pulumi", env)
 
-    in_user_home = plugins(pwd.getpwuid(os.getuid()).pw_dir)
-    assert any(p["name"] == "kubernetes" for p in in_user_home), in_user_home
-    assert plugins(str(tmp_path)) == in_user_home
+    in_user_home = plugins(user_database_home())
+    assert provider_versions(in_user_home), in_user_home
+    assert plugins(tmp_path) == in_user_home
     assert not (tmp_path / ".pulumi").exists()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from preview_recordings import NEW_TOKEN, OLD_TOKEN
+from pulumi_project import changed_steps
 from scripts import preview_diff
 
 PREVIEWS = Path(__file__).parent / "previews"
@@ -25,11 +26,6 @@ def recorded(name: str) -> dict:
 def comment(document: dict, stack: str = "prod", status: int = 0) -> tuple[preview_diff.Preview, str]:
     preview = preview_diff.parse_preview(stack, status, json.dumps(document))
     return preview, preview_diff.render_markdown(preview)
-
-
-def changed(document: dict) -> list[dict]:
-    """The steps that change something (not `same`, not the read of the stack's last outputs)."""
-    return [step for step in document["steps"] if step["op"] not in ("same", "read")]
 
 
 def caution(markdown: str) -> str:
@@ -60,7 +56,7 @@ def test_scaling_replaces_the_job_and_updates_its_budget_with_the_values_that_ch
 def test_a_claim_replaced_while_its_protection_is_removed_is_warned_about():
     """What the text parser missed: the replace of a claim whose `protect` goes in the same change."""
     document = recorded("prod-outputs-claim-replaced-while-unprotected")
-    (step,) = changed(document)
+    (step,) = changed_steps(document)
     assert (step["oldState"].get("protect", False), step["newState"].get("protect", False)) == (True, False)
     preview, markdown = comment(document)
     assert preview.destroyed == [preview_diff.Destroyed(
@@ -89,7 +85,7 @@ def test_a_deleted_namespace_is_warned_about_and_a_rotated_secret_stays_masked()
 @pytest.mark.parametrize("protect", [False, True])
 def test_every_replace_or_delete_of_a_claim_or_namespace_is_warned_about(op, kind, name, protect):
     document = copy.deepcopy(recorded("prod-outputs-claim-replaced-while-unprotected"))
-    step = changed(document)[0]
+    step = changed_steps(document)[0]
     step["op"] = op
     step["urn"] = re.sub(r"kubernetes:core/v1:PersistentVolumeClaim::storage-outputs$", f"{kind}::{name}", step["urn"])
     for state in ("oldState", "newState"):
@@ -103,7 +99,7 @@ def test_every_replace_or_delete_of_a_claim_or_namespace_is_warned_about(op, kin
 
 def test_removing_a_claims_protection_is_shown_even_without_a_change_to_it():
     document = copy.deepcopy(recorded("prod-outputs-claim-replaced-while-unprotected"))
-    (step,) = changed(document)
+    (step,) = changed_steps(document)
     step.update(op="same", detailedDiff=None)
     step.pop("replaceReasons", None), step.pop("diffReasons", None)
     preview, markdown = comment(document)
@@ -157,7 +153,7 @@ def test_a_diff_over_githubs_limit_is_cut_with_a_note():
 
 def test_backticks_in_a_value_cannot_close_the_block():
     document = copy.deepcopy(recorded("dev-nodes-2-to-64"))
-    step = next(s for s in changed(document) if s["urn"].endswith("kubernetes:batch/v1:Job::trainer"))
+    step = next(s for s in changed_steps(document) if s["urn"].endswith("kubernetes:batch/v1:Job::trainer"))
     step["newState"]["inputs"]["spec"]["completions"] = "```rm -rf /```"
     _, markdown = comment(document, "dev")
     assert "````diff\n" in markdown and markdown.count("````") == 2
