@@ -164,3 +164,24 @@ def test_the_provider_that_ran_is_the_release_the_sdk_asks_for(dev):
     assert provider_versions(plugins) == [version], plugins
     providers = [r for r in dev.project.export_state("dev")["deployment"]["resources"] if r["type"] == PROVIDER_TYPE]
     assert providers and {r["inputs"]["version"] for r in providers} == {version}, providers
+
+
+def test_the_file_backend_writes_no_metadata_sidecars_the_self_reference_could_read_half_written(dev):
+    """The program reads its own last outputs (a StackReference to itself) while `pulumi up` writes
+    the checkpoint. A file backend renames each checkpoint into place, but by default writes a
+    `.attrs` sidecar beside it in place; a read that meets it half written fails the whole up with
+    `failed to load checkpoint: EOF`. The login the README gives (`?metadata=skip`) writes none."""
+    sidecars = sorted(path.relative_to(dev.project.backend) for path in dev.project.backend.rglob("*.attrs"))
+    assert not sidecars, sidecars
+    assert list(dev.project.backend.rglob("dev.json")), "the up wrote the dev stack's checkpoint"
+
+
+def test_a_half_written_sidecar_is_what_fails_the_checkpoint_read(tmp_path):
+    """The failure the login avoids, reproduced: a backend with sidecars, one of them empty."""
+    project = PulumiProject(tmp_path)
+    project.env["PULUMI_BACKEND_URL"] = project.backend.as_uri()  # the default login: sidecars written
+    project.init_stack("dev")
+    (sidecar,) = project.backend.rglob("dev.json.attrs")
+    sidecar.write_text("")
+    read = project.run("stack", "output", "--stack", "dev", check=False)
+    assert read.returncode != 0 and "failed to load checkpoint: EOF" in read.output, read.describe()

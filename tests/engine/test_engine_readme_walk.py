@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from pulumi_project import (
-    COMMAND_TIMEOUT_S, REPO, PulumiProject, Result, cli_home, installed_plugins, provider_versions, require_tool, toolchain_path,
+    COMMAND_TIMEOUT_S, REPO, PulumiProject, Result, cli_home, file_backend_url, installed_plugins, provider_versions, require_tool, toolchain_path,
     user_database_home,
 )  # fmt: skip
 from toolchain.apiserver import LocalApiServer
@@ -190,7 +190,7 @@ def test_destroy_leaves_no_resource_in_the_state_and_keeps_the_claims(walk):
     assert re.search(r"- \d+ deleted", walk.after("pulumi destroy -s dev").output)
     env = user_environment(walk.copy.parent.parent / "home-after", "")
     env["PULUMI_CONFIG_PASSPHRASE"] = "unused"
-    env["PULUMI_BACKEND_URL"] = (walk.copy.parent.parent / "home" / ".pulumi-state").as_uri()
+    env["PULUMI_BACKEND_URL"] = file_backend_url(walk.copy.parent.parent / "home" / ".pulumi-state")
     exported = subprocess.run(
         ["pulumi", "stack", "export", "--stack", "dev"], cwd=walk.copy, env=env, capture_output=True, text=True,
         timeout=COMMAND_TIMEOUT_S,
@@ -209,7 +209,7 @@ def test_the_walk_changes_only_the_stack_file_it_configures(walk):
 def test_stack_init_on_a_fresh_clone_adds_only_the_salt_the_readme_speaks_of(tmp_path):
     copy = fresh_clone(tmp_path)
     env = user_environment(tmp_path / "home", str(tmp_path / "no-kubeconfig"))
-    env.update(PULUMI_BACKEND_URL=(tmp_path / "state").as_uri(), PULUMI_CONFIG_PASSPHRASE="fresh-clone")
+    env.update(PULUMI_BACKEND_URL=file_backend_url(tmp_path / "state"), PULUMI_CONFIG_PASSPHRASE="fresh-clone")
     (tmp_path / "state").mkdir()
     init = run_line("pulumi stack init dev --secrets-provider passphrase", copy, env)
     assert init.returncode == 0, init.describe()
@@ -224,7 +224,7 @@ def test_the_walks_login_stays_in_its_own_home(walk):
     """`pulumi login` wrote the walk's backend into the walk's CLI home, not this machine's."""
     home = walk.copy.parent.parent / "home"
     credentials = json.loads((home / ".pulumi" / "credentials.json").read_text())
-    assert credentials["current"] == f"file://{home}/.pulumi-state", credentials
+    assert credentials["current"] == file_backend_url(home / ".pulumi-state"), credentials
 
 
 def test_the_cli_takes_its_home_from_the_user_database_not_from_HOME(tmp_path):
