@@ -34,6 +34,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "infra"), str(REPO / "tests" / "
 
 from ddp_infra import config as stack_config  # noqa: E402
 from ddp_infra import program  # noqa: E402
+from ddp_infra.names import PROJECT  # noqa: E402
 from infra_harness import EchoMocks, engine_config, stack_file_config, with_path  # noqa: E402
 
 SIZES = (1, 512)
@@ -60,7 +61,7 @@ def evaluate(stack: str, nodes: int) -> tuple[float, list[tuple[str, str, dict]]
     """One evaluation of the program (config load + every registration), timed."""
     mocks = RecordingMocks()
     started = time.perf_counter()
-    pulumi.runtime.set_mocks(mocks, project=stack_config.PROJECT, stack=stack, preview=False, logger=QUIET)
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, logger=QUIET)
     pulumi.runtime.set_all_config(engine_config(with_path(stack_file_config(stack), "nodes", str(nodes))))
 
     @pulumi.runtime.test

@@ -17,7 +17,8 @@ from typing import Any, Mapping, Optional
 
 import pulumi
 
-from .config import PROJECT, StorageConfig, parse_quantity
+from .config import StorageConfig, parse_quantity
+from .names import PROJECT
 
 CLAIMS_OUTPUT = "claims"
 

@@ -12,7 +12,7 @@ while the rest waits for capacity, and two such worlds can hold each other's hal
   together, or none. The pods ask for Volcano's scheduler and name the group; the group asks for
   the world's whole resources, so that Volcano enqueues it only when its queue can hold it.
 
-Pure functions of (StackConfig, World), like ddp_infra.workload, which calls them.
+Pure functions of the `World`, like ddp_infra.pod and ddp_infra.workload, which call them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from .config import StackConfig, parse_quantity
+from .config import parse_quantity
 from .world import World
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -30,13 +30,13 @@ VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 POD_GROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
 
 
-def uses(config: StackConfig, scheduler: str) -> bool:
-    return config.scheduling.gang.scheduler == scheduler
+def uses(world: World, scheduler: str) -> bool:
+    return world.config.scheduling.gang.scheduler == scheduler
 
 
-def workload_labels(config: StackConfig) -> dict[str, str]:
+def workload_labels(world: World) -> dict[str, str]:
     """Labels of the Job or JobSet that put it in its Kueue queue."""
-    gang = config.scheduling.gang
+    gang = world.config.scheduling.gang
     if gang.scheduler != "kueue":
         return {}
     labels = {KUEUE_QUEUE_LABEL: gang.queue}
@@ -45,28 +45,29 @@ def workload_labels(config: StackConfig) -> dict[str, str]:
     return labels
 
 
-def starts_suspended(config: StackConfig) -> bool:
+def starts_suspended(world: World) -> bool:
     """A Job or JobSet that Kueue admits starts suspended: Kueue lifts it once the world fits."""
-    return uses(config, "kueue")
+    return uses(world, "kueue")
 
 
-def pod_scheduling(config: StackConfig, world: World) -> tuple[dict[str, Any], dict[str, str]]:
+def pod_scheduling(world: World) -> tuple[dict[str, Any], dict[str, str]]:
     """(pod spec fields, pod annotations) that hand the pods to Volcano's scheduler as one group."""
-    if not uses(config, "volcano"):
+    if not uses(world, "volcano"):
         return {}, {}
     return {"schedulerName": VOLCANO_SCHEDULER}, {VOLCANO_GROUP_ANNOTATION: world.pod_group_name}
 
 
-def pod_group_manifest(config: StackConfig, world: World, pod_template: dict[str, Any]) -> dict[str, Any]:
+def pod_group_manifest(world: World, pod_template: dict[str, Any]) -> dict[str, Any]:
     """Volcano's PodGroup of the world: all `nodes` pods or none, asking for all their requests."""
     spec: dict[str, Any] = {
         "minMember": world.nnodes,
         "minResources": {name: _quantity(amount * world.nnodes) for name, amount in pod_requests(pod_template).items()},
     }
-    if config.scheduling.gang.queue:
-        spec["queue"] = config.scheduling.gang.queue
-    if config.scheduling.priority_class_name:
-        spec["priorityClassName"] = config.scheduling.priority_class_name
+    scheduling = world.config.scheduling
+    if scheduling.gang.queue:
+        spec["queue"] = scheduling.gang.queue
+    if scheduling.priority_class_name:
+        spec["priorityClassName"] = scheduling.priority_class_name
     metadata: dict[str, Any] = {"name": world.pod_group_name, "namespace": world.namespace, "labels": world.labels("gang")}
     if world.extra_annotations:
         metadata["annotations"] = dict(world.extra_annotations)

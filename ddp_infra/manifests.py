@@ -11,7 +11,8 @@ from typing import Any
 
 from .config import NamespaceConfig, VolumeConfig
 from .pod_security import PRIVILEGED
-from .world import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, MANAGED_BY, PART_OF, RENDEZVOUS_PORT_NAME, WAIT_FOR_ANNOTATION, World
+from .names import CONTAINER_NAME, HF_TOKEN_SECRET_KEY, OWNERSHIP_LABELS, RENDEZVOUS_PORT_NAME, WAIT_FOR_ANNOTATION
+from .world import World
 
 # A claim is ready for `pulumi up` once the API server has given it a phase. The provider's own
 # check waits for Pending under a WaitForFirstConsumer class when it creates a claim, and a claim
@@ -24,7 +25,7 @@ def namespace_manifest(namespace: NamespaceConfig, pod_security: str) -> dict[st
     """`pod_security` is the strictest Pod Security Standard the pods meet (ddp_infra.pod_security):
     enforcing it keeps it that way, and a workload object that would break it is warned about
     when it is applied, not only when its pods are refused."""
-    labels = {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/managed-by": MANAGED_BY}
+    labels = dict(OWNERSHIP_LABELS)
     if pod_security != PRIVILEGED:
         labels["pod-security.kubernetes.io/enforce"] = pod_security
         labels["pod-security.kubernetes.io/warn"] = pod_security

@@ -80,7 +80,6 @@ def build(config: StackConfig) -> dict[str, Any]:
     stack = DdpTrainingStack(
         "ddp",
         DdpTrainingStackArgs(
-            config=config,
             world=world,
             retained_provider=retained_provider(config.kubernetes),
             claim_changes_allowed=refuse_claim_changes(config.storage, world.namespace),

@@ -23,7 +23,8 @@ import pulumi
 import yaml
 from pulumi.runtime import mocks
 
-from .config import PROJECT, KubernetesConfig
+from .config import KubernetesConfig
+from .names import PROJECT
 
 CONNECT_TIMEOUT_S = 5.0
 

@@ -1,8 +1,8 @@
-"""The one place names, labels and the world's shape are computed.
+"""The one place the world's names, labels and shape are computed from the config.
 
-Every component receives the same `World`, so the Service's selector, the pods' labels, the
-StatefulSet's serviceName, MASTER_ADDR and WORLD_SIZE are derived from one set of values and
-cannot disagree.
+Every spec and component receives the same `World`, which carries the config it was computed
+from, so the Service's selector, the pods' labels, the StatefulSet's serviceName, MASTER_ADDR and
+WORLD_SIZE are derived from one set of values and cannot disagree.
 """
 
 from __future__ import annotations
@@ -13,21 +13,14 @@ from typing import Optional
 from trainer import contract
 
 from .config import StackConfig
-
-APP_NAME = "ddp-trainer"
-PART_OF = "ddp-infra"
-MANAGED_BY = "pulumi"
-CONTAINER_NAME = "trainer"
-RENDEZVOUS_PORT_NAME = "rdzv"
-HF_TOKEN_SECRET_KEY = "token"
-# What `pulumi up` waits for on an object, in place of the provider's own readiness check.
-WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
+from .names import APP_NAME, CONTAINER_NAME, OWNERSHIP_LABELS
 
 
 @dataclass(frozen=True)
 class World:
-    """Names, labels and shape of one stack's training world."""
+    """Names, labels and shape of one stack's training world, and the config they come from."""
 
+    config: StackConfig
     project: str
     stack: str
     namespace: str
@@ -44,6 +37,7 @@ class World:
     @classmethod
     def from_config(cls, config: StackConfig, project: str, stack: str) -> "World":
         return cls(
+            config=config,
             project=project,
             stack=stack,
             namespace=config.namespace.name,
@@ -116,8 +110,7 @@ class World:
             **self.extra_labels,
             **self.selector,
             "app.kubernetes.io/component": component,
-            "app.kubernetes.io/part-of": PART_OF,
-            "app.kubernetes.io/managed-by": MANAGED_BY,
+            **OWNERSHIP_LABELS,
         }
 
     @staticmethod
@@ -126,8 +119,7 @@ class World:
         return {
             "app.kubernetes.io/name": f"{APP_NAME}-{role}",
             "app.kubernetes.io/component": "storage",
-            "app.kubernetes.io/part-of": PART_OF,
-            "app.kubernetes.io/managed-by": MANAGED_BY,
+            **OWNERSHIP_LABELS,
         }
 
     # --- how to watch it -------------------------------------------------------------------------

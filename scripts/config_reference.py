@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The config reference table, generated from the pydantic model in ddp_infra/config.py.
+"""The config reference table, generated from the pydantic models in ddp_infra/config/.
 
     scripts/config_reference.py                  print the markdown table
     scripts/config_reference.py --write README.md  replace the table between the markers
@@ -20,7 +20,8 @@ from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ddp_infra.config import PROJECT, StackConfig  # noqa: E402
+from ddp_infra.config import StackConfig  # noqa: E402
+from ddp_infra.names import PROJECT  # noqa: E402
 
 START = "<!-- config-reference:start -->"
 END = "<!-- config-reference:end -->"

@@ -1,6 +1,6 @@
 """The env contract tested from both sides at once.
 
-The Pulumi program's pod env (ddp_infra.workload.pod_env) is resolved the way the kubelet
+The Pulumi program's pod env (ddp_infra.pod.pod_env) is resolved the way the kubelet
 resolves it for a concrete pod (downward API, secretKeyRef, `$(VAR)` expansion, the
 JOB_COMPLETION_INDEX a Job pod gets), then handed to the trainer's own `resolve_world`. Both
 sides must arrive at the same world, for every pod of it.
@@ -15,7 +15,7 @@ import pytest
 
 import infra_harness as harness
 from ddp_infra import config as stack_config
-from ddp_infra import workload
+from ddp_infra import pod as infra_pod
 from ddp_infra.world import World as InfraWorld
 from trainer import contract
 from trainer.launch import torchrun_argv
@@ -83,7 +83,7 @@ def configured(stack: str, **changes: Any) -> tuple[stack_config.StackConfig, In
 @pytest.mark.parametrize("nodes", (1, 4, 64))
 def test_every_pod_resolves_the_world_the_program_describes(stack, kind, nodes):
     parsed, world = configured(stack, nodes=str(nodes), workload__kind=kind)
-    env = workload.pod_env(parsed, world)
+    env = infra_pod.pod_env(world)
     for index in sorted({0, 1 % nodes, nodes - 1}):
         pod, hostname = pod_of(world, index)
         seen = resolve_world(kubelet_env(env, pod, {}), hostname)
@@ -110,16 +110,16 @@ def test_every_pod_resolves_the_world_the_program_describes(stack, kind, nodes):
 def test_master_addr_is_pod_0s_hostname_under_the_service(kind):
     """The name every pod waits for is the one pod 0 gets: its hostname, and the Service as its subdomain."""
     parsed, world = configured("dev", nodes="4", workload__kind=kind)
-    env = kubelet_env(workload.pod_env(parsed, world), pod_of(world, 2)[0], {})
+    env = kubelet_env(infra_pod.pod_env(world), pod_of(world, 2)[0], {})
     _, pod0_hostname = pod_of(world, 0)
-    subdomain = workload.pod_template_of(workload.workload_manifest(parsed, world))["spec"].get("subdomain", world.service_name)
+    subdomain = infra_pod.pod_template(world)["spec"].get("subdomain", world.service_name)
     assert env[contract.MASTER_ADDR.name] == f"{pod0_hostname}.{subdomain}"
 
 
 def test_a_jobset_pod_without_its_index_falls_back_to_its_hostname():
     parsed, world = configured("dev", nodes="4", workload__kind=contract.JOBSET)
     pod, hostname = pod_of(world, 3)
-    env = kubelet_env(workload.pod_env(parsed, world), {**pod, "injected": {}}, {})
+    env = kubelet_env(infra_pod.pod_env(world), {**pod, "injected": {}}, {})
     env[contract.NODE_RANK.name] = env[contract.PET_NODE_RANK.name] = ""
     seen = resolve_world(env, hostname)
     assert seen.node_rank == 3 and "hostname" in seen.rank_source
@@ -127,7 +127,7 @@ def test_a_jobset_pod_without_its_index_falls_back_to_its_hostname():
 
 def test_a_cluster_without_the_pod_index_label_falls_back_to_the_pod_name():
     parsed, world = configured("dev", nodes="4", workload__kind=contract.STATEFULSET)
-    env = kubelet_env(workload.pod_env(parsed, world), *pod_of(world, 3, with_index_label=False)[:1], {})
+    env = kubelet_env(infra_pod.pod_env(world), *pod_of(world, 3, with_index_label=False)[:1], {})
     assert env[contract.NODE_RANK.name] == env[contract.PET_NODE_RANK.name] == ""
     seen = resolve_world(env, f"{world.workload_name}-3")
     assert seen.node_rank == 3 and contract.POD_NAME.name in seen.rank_source
@@ -138,7 +138,7 @@ def test_the_token_reaches_the_pod_under_both_names():
     world = InfraWorld(**{**world.__dict__, "has_hf_token": True})
     secrets = {world.hf_token_secret_name: {"token": "hf_contract_test"}}
     pod, _ = pod_of(world, 0)
-    env = kubelet_env(workload.pod_env(parsed, world), pod, secrets)
+    env = kubelet_env(infra_pod.pod_env(world), pod, secrets)
     assert env[contract.HF_TOKEN.name] == env[contract.HUGGINGFACE_HUB_TOKEN.name] == "hf_contract_test"
 
 
@@ -146,7 +146,7 @@ def test_the_token_reaches_the_pod_under_both_names():
 def test_each_required_variable_is_set_by_the_program_and_enforced_by_the_trainer(name):
     parsed, world = configured("prod")
     pod, hostname = pod_of(world, 1)
-    env = kubelet_env(workload.pod_env(parsed, world), pod, {})
+    env = kubelet_env(infra_pod.pod_env(world), pod, {})
     assert env.get(name), f"the program does not set {name}"
     del env[name]
     with pytest.raises(WorldError) as raised:
@@ -157,7 +157,7 @@ def test_each_required_variable_is_set_by_the_program_and_enforced_by_the_traine
 def test_every_mirror_agrees_after_the_kubelet_expands_it():
     parsed, world = configured("prod", nodes="64")
     pod, _ = pod_of(world, 63)
-    env = kubelet_env(workload.pod_env(parsed, world), pod, {})
+    env = kubelet_env(infra_pod.pod_env(world), pod, {})
     for mirror, original in contract.PET_MIRRORS.items():
         assert env[mirror] == env[original], mirror
     assert env[contract.PET_NODE_RANK.name] == "63"
@@ -168,7 +168,7 @@ def test_workers_get_the_grace_period_less_a_margin_to_checkpoint(grace, shutdow
     """torchrun's 30 s default would cut a long checkpoint short whatever the grace period says."""
     parsed, world = configured("dev", workload__terminationGracePeriodSeconds=str(grace))
     pod, hostname = pod_of(world, 0)
-    seen = resolve_world(kubelet_env(workload.pod_env(parsed, world), pod, {}), hostname)
+    seen = resolve_world(kubelet_env(infra_pod.pod_env(world), pod, {}), hostname)
     assert seen.shutdown_timeout == shutdown
     assert f"--shutdown-timeout={shutdown}" in torchrun_argv(seen, list(parsed.run.args))
 
@@ -177,7 +177,7 @@ def test_workers_get_the_grace_period_less_a_margin_to_checkpoint(grace, shutdow
 def test_infiniband_asked_for_by_the_program_is_checked_by_the_trainers_preflight(stack, asked, tmp_path):
     parsed, world = configured(stack, **({"network__ibGidIndex": "3"} if asked else {}))
     pod, _ = pod_of(world, 1)
-    env = kubelet_env(workload.pod_env(parsed, world), pod, {})
+    env = kubelet_env(infra_pod.pod_env(world), pod, {})
     missing = check_infiniband(env, str(tmp_path / "infiniband"))
     assert (missing.status == FAIL) == asked, missing
     if asked:
@@ -205,12 +205,12 @@ def test_an_optional_variable_shifts_no_other_entry_of_the_env(stack, optional):
     later entry in a preview, so switching an optional variable on must only append entries."""
     changes, world_changes = _OPTIONAL_ENV[optional]
     none = {"storage__models": harness.DELETE, "network__socketIfname": harness.DELETE}
-    without_config, without_world = configured(stack, **none)
-    with_config, with_world = configured(stack, **{**none, **changes})
+    _, without_world = configured(stack, **none)
+    _, with_world = configured(stack, **{**none, **changes})
     without_world = InfraWorld(**{**without_world.__dict__, "has_hf_token": False})
     with_world = InfraWorld(**{**with_world.__dict__, "has_hf_token": False, **world_changes})
-    before = workload.pod_env(without_config, without_world)
-    after = workload.pod_env(with_config, with_world)
+    before = infra_pod.pod_env(without_world)
+    after = infra_pod.pod_env(with_world)
     assert len(after) > len(before), f"{optional} adds no env entry"
     moved = [(i, entry["name"], after[i]["name"]) for i, entry in enumerate(before) if after[i] != entry]
     assert not moved, f"{optional} moves these entries (index, was, now): {moved}"

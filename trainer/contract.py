@@ -146,7 +146,7 @@ MLFLOW_TRACKING_USERNAME = "MLFLOW_TRACKING_USERNAME"
 MLFLOW_TRACKING_PASSWORD = "MLFLOW_TRACKING_PASSWORD"
 
 # Every variable the pod env carries, in the order the Pulumi program emits them (the ones only
-# some stacks set, like HF_TOKEN, come after the others: see ddp_infra/workload.py pod_env).
+# some stacks set, like HF_TOKEN, come after the others: see ddp_infra/pod.py pod_env).
 ALL: tuple[EnvVar, ...] = tuple(v for v in globals().values() if isinstance(v, EnvVar))
 REQUIRED: tuple[str, ...] = tuple(v.name for v in ALL if v.required)
 

@@ -7,9 +7,8 @@ from typing import Any, Optional
 
 import pulumi
 
-from ..config import StackConfig
+from ..pod import pod_template
 from ..pod_security import pod_security_level
-from ..workload import pod_template
 from ..world import World
 from .base import Component
 from .guardrails import Guardrails, GuardrailsArgs
@@ -23,8 +22,7 @@ from .trainer import Trainer, TrainerArgs
 
 @dataclass(frozen=True)
 class DdpTrainingStackArgs:
-    config: StackConfig
-    world: World
+    world: World  # and the config it carries
     # the provider of what Pulumi keeps in the cluster on delete (see program.kubernetes_provider)
     retained_provider: pulumi.ProviderResource
     # resolves once the claims may be registered (see ddp_infra.claim_changes)
@@ -36,7 +34,9 @@ class DdpTrainingStackArgs:
 class DdpTrainingStack(Component):
     def __init__(self, name: str, args: DdpTrainingStackArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Stack", name, opts)
-        config, world = args.config, args.world
+        world = args.world
+        config = world.config
+        template = pod_template(world)  # the one template: the namespace's security level and the workload's
         in_namespace: list[pulumi.Resource] = []
         if config.namespace.create:
             self.namespace: Optional[TrainingNamespace] = TrainingNamespace(
@@ -45,7 +45,7 @@ class DdpTrainingStack(Component):
                     namespace=config.namespace,
                     retain_on_delete=config.storage.namespace_retained,
                     protect=config.storage.namespace_protected,
-                    pod_security=pod_security_level(pod_template(config, world)["spec"]),
+                    pod_security=pod_security_level(template["spec"]),
                     retained_provider=args.retained_provider,
                 ),
                 opts=pulumi.ResourceOptions(
@@ -81,7 +81,7 @@ class DdpTrainingStack(Component):
         self.guardrails = Guardrails("guardrails", GuardrailsArgs(world=world, max_unavailable=config.workload.max_unavailable), opts=inside())
         secrets = [secret for secret in (self.hf_token, self.secret_env) if secret]
         pods_need = [self.storage, self.rendezvous, self.guardrails, *secrets]
-        self.trainer = Trainer(world.workload_name, TrainerArgs(config=config, world=world), opts=inside(*pods_need))
+        self.trainer = Trainer(world.workload_name, TrainerArgs(world=world, pod_template=template), opts=inside(*pods_need))
 
         context = config.kubernetes.context
         self.outputs: dict[str, Any] = {

@@ -35,8 +35,8 @@ import pulumi
 from trainer import contract
 
 from .. import gang
-from ..config import StackConfig
-from ..workload import JOBSET_API_VERSION, pod_template_of, workload_manifest
+from ..config import WorkloadConfig
+from ..workload import JOBSET_API_VERSION, workload_manifest
 from ..world import World
 from .base import Component
 from .kubernetes_object import KubernetesObject, type_token
@@ -44,30 +44,29 @@ from .kubernetes_object import KubernetesObject, type_token
 
 @dataclass(frozen=True)
 class TrainerArgs:
-    config: StackConfig
     world: World
+    pod_template: dict  # the world's one pod template (ddp_infra.pod.pod_template)
 
 
 class Trainer(Component):
     def __init__(self, name: str, args: TrainerArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Trainer", name, opts)
-        manifest = workload_manifest(args.config, args.world)
         # Volcano's group of the world's pods, there before the first of them.
         self.pod_group = (
-            KubernetesObject("pod-group", gang.pod_group_manifest(args.config, args.world, pod_template_of(manifest)), opts=self.child())
-            if gang.uses(args.config, "volcano")
+            KubernetesObject("pod-group", gang.pod_group_manifest(args.world, args.pod_template), opts=self.child())
+            if gang.uses(args.world, "volcano")
             else None
         )
         other_types = [token for kind, token in TYPES.items() if kind != args.world.workload_kind]
         workload_options = self.child(
             *([self.pod_group] if self.pod_group else []),
-            custom_timeouts=_timeouts(args.config),
+            custom_timeouts=_timeouts(args.world.config.workload),
             delete_before_replace=True,
             replace_on_changes=["spec"],
             # The workload as another kind is this same resource: a kind switch is a replace too.
             aliases=[pulumi.Alias(type_=other) for other in other_types],
         )
-        self.workload = KubernetesObject(name, manifest, opts=workload_options)
+        self.workload = KubernetesObject(name, workload_manifest(args.world, args.pod_template), opts=workload_options)
         self.register_outputs({"name": self.workload.metadata["name"]})
 
 
@@ -79,8 +78,8 @@ TYPES = {
 }
 
 
-def _timeouts(config: StackConfig) -> Optional[pulumi.CustomTimeouts]:
-    if not config.workload.wait_for_ready:
+def _timeouts(workload: WorkloadConfig) -> Optional[pulumi.CustomTimeouts]:
+    if not workload.wait_for_ready:
         return None  # the waitFor annotation applies
-    timeout = config.workload.ready_timeout
+    timeout = workload.ready_timeout
     return pulumi.CustomTimeouts(create=timeout, update=timeout)

@@ -21,13 +21,20 @@ from pulumi.runtime import mocks, rpc
 from ddp_infra import config as stack_config
 from ddp_infra import program
 from ddp_infra.components.trainer import TYPES as WORKLOAD_TYPES
-from ddp_infra.workload import pod_template_of
+from ddp_infra.names import PROJECT
 
 REPO = Path(__file__).resolve().parents[2]
-PROJECT = stack_config.PROJECT
 STACKS = ("dev", "prod")
 NODE_COUNTS = (1, 4, 64, 512)
 
+
+
+def pod_template_of(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The pod template inside a registered workload of any kind."""
+    if manifest["kind"] == "JobSet":
+        (job,) = manifest["spec"]["replicatedJobs"]
+        return job["template"]["spec"]["template"]
+    return manifest["spec"]["template"]
 
 @dataclass
 class Registered:

@@ -13,7 +13,7 @@ import pytest
 
 import infra_harness as harness
 from ddp_infra import gang
-from ddp_infra.config import GPU_RESOURCE
+from ddp_infra.names import GPU_RESOURCE
 from ddp_infra.workload import ACCEPTED
 from trainer import contract
 

@@ -7,7 +7,7 @@ import pulumi
 import pytest
 
 import infra_harness as harness
-from ddp_infra.config import SECONDARY_NETWORKS_ANNOTATION
+from ddp_infra.names import SECONDARY_NETWORKS_ANNOTATION
 from trainer import contract
 
 NAMESPACE = "kubernetes:core/v1:Namespace"

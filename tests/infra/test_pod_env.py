@@ -10,14 +10,14 @@ import pytest
 
 import infra_harness as harness
 from ddp_infra import config as stack_config
-from ddp_infra import workload
+from ddp_infra import pod
 from ddp_infra.world import World
 
 
 def env_for(**changes) -> dict[str, dict]:
     parsed = stack_config.parse(harness.stack_config_with("prod", **changes))
     world = World.from_config(parsed, harness.PROJECT, "prod")
-    return {var["name"]: var for var in workload.pod_env(parsed, world)}
+    return {var["name"]: var for var in pod.pod_env(world)}
 
 
 @pulumi.runtime.test

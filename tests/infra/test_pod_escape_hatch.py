@@ -8,7 +8,7 @@ import pulumi
 import pytest
 
 import infra_harness as harness
-from ddp_infra.pod_patch import strategic_merge
+from ddp_infra.strategic_merge import strategic_merge
 from trainer import contract
 
 NAMESPACE = "kubernetes:core/v1:Namespace"

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from ddp_infra.workload import pod_template_of
-from infra_harness import evaluate, evaluated, stack_config_with
+from infra_harness import evaluate, evaluated, pod_template_of, stack_config_with
 from ddp_infra import gang
 from toolchain.apiserver import LocalApiServer, find_tool, tool_dir
 from toolchain.controller_addon import ControllerAddOn

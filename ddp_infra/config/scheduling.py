@@ -1,0 +1,86 @@
+"""`scheduling`: where the pods may run, and gang admission of the whole world."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import AfterValidator, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from .scalars import DnsLabel, DnsSubdomain, LabelKey, LabelValue, Model, field_problem
+
+
+class Toleration(Model):
+    key: Optional[LabelKey] = Field(None, description="Taint key (unset with Exists: every taint).")
+    operator: Literal["Exists", "Equal"] = Field("Equal", description="How value is matched.")
+    value: Optional[LabelValue] = Field(None, description="Taint value (Equal only).")
+    effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(
+        None, description="Taint effect (unset: every effect)."
+    )
+    toleration_seconds: Optional[int] = Field(None, ge=0, description="NoExecute: seconds the pod stays.")
+
+    @model_validator(mode="after")
+    def _exists_has_no_value(self) -> "Toleration":
+        if self.operator == "Exists" and self.value:
+            raise field_problem(("value",), "unset when operator is Exists", self.value)
+        return self
+
+
+class TopologySpreadConfig(Model):
+    enabled: bool = Field(True, description="Spread pods over topologyKey.")
+    topology_key: LabelKey = Field("kubernetes.io/hostname", description="Node label to spread over.")
+    max_skew: int = Field(1, ge=1, le=1024, description="Largest allowed difference in pod count.")
+    when_unsatisfiable: Literal["ScheduleAnyway", "DoNotSchedule"] = Field(
+        "ScheduleAnyway", description="Whether spreading is a preference or a rule."
+    )
+
+
+_AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+
+
+def _check_affinity(value: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+    unknown = sorted(set(value or {}) - set(_AFFINITY_KINDS))
+    if unknown:
+        raise PydanticCustomError("affinity", "keys among {allowed}", {"allowed": ", ".join(_AFFINITY_KINDS)})
+    return value
+
+
+GANG_SCHEDULERS = ("none", "kueue", "volcano")
+
+
+class GangConfig(Model):
+    """Gang admission: the whole world is admitted at once, or none of it (ddp_infra/gang.py)."""
+
+    scheduler: Literal[GANG_SCHEDULERS] = Field(  # type: ignore[valid-type]
+        "none",
+        description="none (pods are scheduled one by one), kueue (the workload waits suspended in a Kueue LocalQueue until its whole quota is free; kinds job and jobset) or volcano (Volcano's scheduler binds all the pods of a PodGroup of minMember = nodes, or none).",
+    )
+    queue: Optional[DnsLabel] = Field(
+        None, description="kueue: the LocalQueue in the stack's namespace (required); volcano: the Queue (unset: Volcano's default)."
+    )
+    workload_priority_class: Optional[DnsSubdomain] = Field(
+        None, description="kueue: a WorkloadPriorityClass, the world's priority in its queue (the pods keep scheduling.priorityClassName)."
+    )
+
+    @model_validator(mode="after")
+    def _scheduler_has_what_it_needs(self) -> "GangConfig":
+        if self.scheduler == "kueue" and not self.queue:
+            raise field_problem(("queue",), "the name of a LocalQueue in the stack's namespace (required with scheduler kueue)", None)
+        if self.scheduler == "none" and self.queue:
+            raise field_problem(("queue",), "unset with scheduler none (set scheduler to kueue or volcano)", self.queue)
+        if self.scheduler != "kueue" and self.workload_priority_class:
+            raise field_problem(
+                ("workloadPriorityClass",), "unset unless scheduler is kueue (a Kueue WorkloadPriorityClass)", self.workload_priority_class
+            )
+        return self
+
+
+class SchedulingConfig(Model):
+    node_selector: dict[LabelKey, LabelValue] = Field({}, description="Pod nodeSelector.")
+    tolerations: tuple[Toleration, ...] = Field((), description="Pod tolerations.")
+    affinity: Annotated[Optional[dict[str, Any]], AfterValidator(_check_affinity)] = Field(
+        None, description="Pod affinity, as Kubernetes writes it (nodeAffinity, podAffinity, podAntiAffinity)."
+    )
+    priority_class_name: Optional[DnsSubdomain] = Field(None, description="PriorityClass of the pods.")
+    topology_spread: TopologySpreadConfig = Field(TopologySpreadConfig(), description="Topology spread of the pods.")
+    gang: GangConfig = Field(GangConfig(), description="Gang admission of the whole world: Kueue or Volcano.")

@@ -1,0 +1,172 @@
+"""The whole stack's config: `StackConfig`, its small sections (image, namespace, the Kubernetes
+connection), and the rules about several keys at once (`cross_key_problems`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import Field
+
+from trainer import contract
+
+from ..names import PROGRAM_ENV, RESERVED_LABEL_PREFIX, SECONDARY_NETWORKS_ANNOTATION
+from .network import NetworkConfig, RendezvousConfig
+from .pod import PodConfig
+from .problems import NOT_SHOWN, Problem, full_key
+from .resources import ResourcesConfig
+from .scheduling import SchedulingConfig
+from .scalars import DnsLabel, DnsSubdomain, EnvName, LabelKey, LabelValue, Model, Quantity, SecretString, parse_quantity
+from .storage import StorageConfig
+from .workload import RunConfig, WorkloadConfig
+
+MAX_NODES = 1024  # a StatefulSet this size is already far beyond what one rendezvous handles well
+MAX_GPUS_PER_NODE = 16
+
+
+# --- nested sections ----------------------------------------------------------------------------
+
+class ImageConfig(Model):
+    name: Annotated[str, Field(min_length=1, description="Trainer image reference (registry/repository:tag or @digest).")]
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="imagePullPolicy.")
+    pull_secrets: tuple[DnsSubdomain, ...] = Field((), description="Names of existing image pull Secrets.")
+
+
+class NamespaceConfig(Model):
+    name: DnsLabel = Field("ddp-training", description="Namespace everything lives in.")
+    create: bool = Field(True, description="Create the namespace (false: use an existing one).")
+
+
+class KubernetesConfig(Model):
+    render_dir: Optional[Annotated[str, Field(min_length=1)]] = Field(
+        None,
+        description="Write manifests to this directory (relative to the project) instead of applying them. "
+        "They include Secrets, base64-encoded (not encrypted): keep the directory out of git.",
+    )
+    context: Optional[Annotated[str, Field(min_length=1)]] = Field(None, description="kubeconfig context to use.")
+
+
+class StackConfig(Model):
+    """Everything one stack of ddp-infra is configured with."""
+
+    nodes: int = Field(1, ge=1, le=MAX_NODES, description="Pods in the training world (NNODES).")
+    gpus_per_node: int = Field(
+        0, ge=0, le=MAX_GPUS_PER_NODE, description="nvidia.com/gpu per pod; 0 for CPU-only pods."
+    )
+    procs_per_node: int = Field(
+        0, ge=0, le=256, description="Training processes per pod (NPROC_PER_NODE); 0: one per GPU, or 1 without GPUs."
+    )
+    image: ImageConfig = Field(description="The trainer image: name (required), pullPolicy, pullSecrets.")
+    namespace: NamespaceConfig = Field(NamespaceConfig(), description="Namespace to create or use.")
+    storage: StorageConfig = Field(StorageConfig(), description="Volumes for /data, /out and /models.")
+    hf_token: Optional[SecretString] = Field(
+        None, description="Hugging Face token; set it with `pulumi config set --secret hfToken ...`."
+    )
+    resources: ResourcesConfig = Field(ResourcesConfig(), description="Container CPU and memory.")
+    shm_size: Quantity = Field("1Gi", description="Size of the memory-backed /dev/shm (counts against memory).")
+    network: NetworkConfig = Field(NetworkConfig(), description="NCCL / Gloo network settings.")
+    rendezvous: RendezvousConfig = Field(RendezvousConfig(), description="torchrun rendezvous settings.")
+    run: RunConfig = Field(RunConfig(), description="The training run: its name and torchrun arguments.")
+    workload: WorkloadConfig = Field(WorkloadConfig(), description="Which workload runs the pods, and how.")
+    scheduling: SchedulingConfig = Field(SchedulingConfig(), description="Where the pods may run.")
+    labels: dict[LabelKey, LabelValue] = Field({}, description="Extra labels on the workload's objects and pods (claims keep theirs).")
+    annotations: dict[LabelKey, str] = Field({}, description="Extra annotations on the workload's objects and pods (claims keep theirs).")
+    env: dict[EnvName, str] = Field({}, description="Extra container env; may use $(NAME) of the contract's variables.")
+    secret_env: dict[EnvName, SecretString] = Field(
+        {}, description="Extra container env from a Secret; set each with `pulumi config set --secret --path 'secretEnv.NAME' ...`."
+    )
+    pod: PodConfig = Field(
+        PodConfig(), description="The escape hatch: runtime class, extra volumes and mounts, init containers, sidecars, a pod template patch."
+    )
+    kubernetes: KubernetesConfig = Field(KubernetesConfig(), description="How the Kubernetes provider connects.")
+
+    @property
+    def nproc_per_node(self) -> int:
+        """Processes per pod: the explicit value, else one per GPU, else one."""
+        return self.procs_per_node or self.gpus_per_node or 1
+
+
+def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
+    """Rules about whole keys or several keys at once; each runs only on keys that are valid."""
+    problems: list[Problem] = []
+
+    def have(*keys: str) -> bool:
+        return all(key in valid for key in keys)
+
+    if have("gpusPerNode", "procsPerNode"):
+        gpus, procs = valid["gpusPerNode"], valid["procsPerNode"]
+        if gpus and procs and procs != gpus:
+            problems.append(Problem(
+                full_key(["procsPerNode"]), repr(procs),
+                f"0 or {gpus} (one process per GPU: fewer leaves GPUs idle, more makes NCCL share a GPU)",
+            ))
+    if have("nodes", "storage"):
+        for role, volume in valid["storage"].volumes().items():
+            if volume.access_mode == "ReadWriteOncePod" and valid["nodes"] > 1:
+                problems.append(Problem(
+                    full_key(["storage", role, "accessMode"]), repr(volume.access_mode),
+                    "ReadWriteMany, ReadOnlyMany or ReadWriteOnce when nodes > 1 (ReadWriteOncePod admits one pod)",
+                ))
+    if have("shmSize", "resources"):
+        limit = valid["resources"].limits.memory
+        if limit and parse_quantity(valid["shmSize"]) >= parse_quantity(limit):
+            problems.append(Problem(
+                full_key(["shmSize"]), repr(valid["shmSize"]),
+                f"less than resources.limits.memory ({limit}): /dev/shm is memory and counts against it",
+            ))
+    if have("network", "resources"):
+        for name in valid["network"].rdma_resources:
+            if valid["network"].infiniband and name in valid["resources"].extended:
+                problems.append(Problem(
+                    full_key(["resources", "extended", name]), repr(valid["resources"].extended[name]),
+                    "a resource not in network.rdmaResources (that key requests it already)",
+                ))
+    if have("workload", "nodes") and valid["workload"].kind == contract.JOBSET:
+        # JobSet refuses a JobSet whose pod names (<name>-node-0-<index>-<5 random>) are not DNS-1035 labels.
+        name, nodes = valid["workload"].name, valid["nodes"]
+        fixed = len(contract.pod_hostname(contract.JOBSET, name, nodes - 1)) + len("-abcde") - len(name)
+        if len(name) + fixed > 63 or not name[0].isalpha():
+            problems.append(Problem(
+                full_key(["workload", "name"]), repr(name),
+                f"with kind jobset, a name that starts with a letter and has at most {63 - fixed} characters at nodes={nodes} "
+                f"(its pods are named <name>-{contract.JOBSET_REPLICATED_JOB}-0-<index>-<5 random>, at most 63)",
+            ))
+    if have("workload", "scheduling") and valid["scheduling"].gang.scheduler == "kueue":
+        if valid["workload"].kind == contract.STATEFULSET:
+            problems.append(Problem(
+                full_key(["scheduling", "gang", "scheduler"]), repr("kueue"),
+                "none or volcano with workload.kind statefulset (Kueue admits a Job or a JobSet as one workload; "
+                "set workload.kind to job or jobset)",
+            ))
+    if have("network", "annotations") and valid["network"].secondary_networks:
+        if SECONDARY_NETWORKS_ANNOTATION in valid["annotations"]:
+            problems.append(Problem(
+                full_key(["annotations", SECONDARY_NETWORKS_ANNOTATION]), repr(valid["annotations"][SECONDARY_NETWORKS_ANNOTATION]),
+                "no value here when network.secondaryNetworks is set (it writes this annotation)",
+            ))
+    if have("labels"):
+        for key in valid["labels"]:
+            if key.startswith(RESERVED_LABEL_PREFIX):
+                problems.append(Problem(
+                    full_key(["labels", key]), repr(valid["labels"][key]),
+                    f"a key outside {RESERVED_LABEL_PREFIX} (the program sets those and selects on them)",
+                ))
+    reserved = {var.name for var in contract.ALL} | set(PROGRAM_ENV)
+    if have("env"):
+        for name in valid["env"]:
+            if name in reserved:
+                problems.append(Problem(
+                    full_key(["env", name]), repr(valid["env"][name]),
+                    "a name the program does not set (this one comes from the env contract)",
+                ))
+    if have("secretEnv"):
+        for name in valid["secretEnv"]:
+            if name in reserved:
+                problems.append(Problem(
+                    full_key(["secretEnv", name]), NOT_SHOWN,
+                    "a name the program does not set (this one comes from the env contract)",
+                ))
+            elif name in valid.get("env", {}):
+                problems.append(Problem(
+                    full_key(["secretEnv", name]), NOT_SHOWN, "a name not in env too (a variable has one value)",
+                ))
+    return problems
