@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The config reference table, generated from the pydantic models in ddp_infra/config/.
 
-    scripts/config_reference.py                  print the markdown table
-    scripts/config_reference.py --write README.md  replace the table between the markers
-    scripts/config_reference.py --check README.md  exit 1 if the table there is stale
+    scripts/config_reference.py                                print the markdown table
+    scripts/config_reference.py --write docs/configuration.md  replace the table between the markers
+    scripts/config_reference.py --check docs/configuration.md  exit 1 if the table there is stale
 """
 
 from __future__ import annotations
@@ -127,8 +127,8 @@ def replaced(text: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", type=Path, metavar="README", help="replace the table between the markers")
-    group.add_argument("--check", type=Path, metavar="README", help="fail if the table there differs")
+    group.add_argument("--write", type=Path, metavar="PAGE", help="replace the table between the markers")
+    group.add_argument("--check", type=Path, metavar="PAGE", help="fail if the table there differs")
     args = parser.parse_args()
     if args.write:
         args.write.write_text(replaced(args.write.read_text()))

@@ -178,7 +178,7 @@ class PodConfig(Model):
     template_patch: Optional[Annotated[dict[str, Any], AfterValidator(_check_template_patch)]] = Field(
         None,
         description="A strategic-merge patch of the pod template (metadata, spec) for anything else; "
-        "it may not touch what the program owns (see the README).",
+        "it may not touch what the program owns (see docs/architecture.md).",
     )
 
     @model_validator(mode="after")
