@@ -5,7 +5,7 @@ weights and AdamW's two moments make about --state-mib of state:
   - one optimizer step of that model (forward, backward, AdamW) at --batch;
   - the synchronous save the trainer had before sharded checkpoints (kept here, only here, to compare):
     torch.save through a sha256, fsync, rename, then its JSON record; the loop waited for all of it;
-  - the trainer's save (trainer.sharded_checkpoint.AsyncCheckpointer): what the loop waits for is
+  - the trainer's save (trainer.checkpoint.sharded.AsyncCheckpointer): what the loop waits for is
     the copy into CPU memory; the shards are written by a background thread while steps go on.
 Usage: .venv/bin/python bench/bench_checkpoint.py [--state-mib 256] [--batch 32] [--repeats 3]
 """
@@ -29,8 +29,8 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainer.checkpoint import CheckpointStore  # noqa: E402
-from trainer.sharded_checkpoint import AsyncCheckpointer  # noqa: E402
+from trainer.checkpoint.store import CheckpointStore  # noqa: E402
+from trainer.checkpoint.sharded import AsyncCheckpointer  # noqa: E402
 from report import print_table  # noqa: E402  bench/report.py: the scripts run with bench/ on sys.path
 
 WIDTH = 512  # input and output width; the hidden width makes up the size

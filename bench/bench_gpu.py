@@ -2,13 +2,13 @@
 
 Side by side in one run, on one CUDA device, GPT-2-small shape (12 layers, 12 heads, 768 wide,
 sequence 1024), the same micro-batch, synthetic tokens:
-  - trainer: the `lm` task's model (trainer/gpt.py, vocabulary padded to a multiple of 64), its
+  - trainer: the `lm` task's model (trainer/tasks/lm/model.py, vocabulary padded to a multiple of 64), its
     throughput path as the `lm` flags leave it on CUDA (torch.compile, fused AdamW with decay/no-decay
     groups, TF32, bf16 autocast, DDP with bucket views), DataLoader, and the figures synced every
     --log-every steps, built by trainer.loop.Trainer from the `lm` task's flags, under the trainer's
     own process group (trainer.distributed.init: NCCL, world size 1; under torchrun it joins
     torchrun's group). The `lm` flags fix the byte tokenizer (vocab 257), so the GPT-2 vocab (50257,
-    padded to 50304 as nanoGPT does) is built with trainer.gpt directly and the rest of the Task is the
+    padded to 50304 as nanoGPT does) is built with trainer.tasks.lm.model directly and the rest of the Task is the
     `lm` task's; a second trainer row is the shape the flags reach (vocab 257, via lm.make_task).
   - reference: nanoGPT's loop on the same GPT module: bf16 autocast, torch.compile, fused AdamW with
     decay on 2-D weights only, TF32 on, grad clip 1.0, prefetched pinned batches, no host sync per
@@ -43,7 +43,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 GPT2 = dict(n_layer=12, n_head=12, d_model=768, seq_len=1024)
-VOCAB_MULTIPLE = 64  # the lm task's padding (trainer/lm.py)
+VOCAB_MULTIPLE = 64  # the lm task's padding (trainer/tasks/lm/task.py)
 TRAINER = "trainer lm V=50257 (50304)"
 
 
@@ -130,12 +130,13 @@ def trainer_case(name, vocab, batch, d, stop, tmp: Path, extra_flags=()):
     """The trainer's `lm` path: Trainer(...) from the lm flags (and `extra_flags`), stepping as Trainer._train_epoch does."""
     import torch
 
-    from trainer import lm, train
+    from trainer import train
+    from trainer.tasks.lm import task as lm
     from trainer.distributed import sum_across
-    from trainer.gpt import GPT, GPTConfig
+    from trainer.tasks.lm.model import GPT, GPTConfig
     from trainer.loop import Trainer, _Window
     from trainer.outputs import RunDir
-    from trainer.task import Task, save_state_dict
+    from trainer.tasks.task import Task, save_state_dict
 
     flags = ["lm", "--n-layer", str(GPT2["n_layer"]), "--n-head", str(GPT2["n_head"]), "--d-model", str(GPT2["d_model"]),
              "--seq-len", str(GPT2["seq_len"]), "--batch", str(batch), "--out-dir", str(tmp), "--run-name", name,
@@ -198,7 +199,7 @@ def reference_cases(vocab, batch, compiled_too=True, ablate=False):
     import torch
     import torch.nn.functional as F
 
-    from trainer.gpt import GPT, GPTConfig
+    from trainer.tasks.lm.model import GPT, GPTConfig
 
     device = torch.device("cuda", torch.cuda.current_device())
     torch.manual_seed(1337)
@@ -290,11 +291,12 @@ def fp16_scaler_check(d, stop, tmp: Path) -> dict:
     loop._amp_dtype for one small Trainer (grad-accum 2, clip 1.0), 60 steps on learnable tokens."""
     import torch
 
-    from trainer import loop, lm, train
+    from trainer import loop, train
+    from trainer.tasks.lm import task as lm
     from trainer.distributed import sum_across
-    from trainer.gpt import GPT, GPTConfig
+    from trainer.tasks.lm.model import GPT, GPTConfig
     from trainer.outputs import RunDir
-    from trainer.task import Task, save_state_dict
+    from trainer.tasks.task import Task, save_state_dict
 
     args = train.parse_args(["lm", "--batch", "16", "--seq-len", "128", "--grad-accum", "2", "--warmup-steps", "5",
                              "--lr", "1e-3", "--out-dir", str(tmp), "--run-name", "fp16"])  # fmt: skip

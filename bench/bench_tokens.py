@@ -24,7 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The data path before the token cache (trainer/lm_data.py at 0363183), run as the trainer ran it: with torch loaded.
+# The data path before the token cache (trainer/tasks/lm/data.py at 0363183), run as the trainer ran it: with torch loaded.
 OLD_PATH = """
 import json, sys
 import torch

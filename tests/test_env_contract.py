@@ -18,9 +18,9 @@ from ddp_infra import config as stack_config
 from ddp_infra import pod as infra_pod
 from ddp_infra.world import World as InfraWorld
 from trainer import contract
-from trainer.launch import torchrun_argv
-from trainer.preflight import FAIL, OK, check_infiniband
-from trainer.pod_env import WorldError, resolve_world
+from trainer.pod.launch import torchrun_argv
+from trainer.pod.preflight import FAIL, OK, check_infiniband
+from trainer.pod.env import WorldError, resolve_world
 
 _FIELD_PATH = re.compile(r"metadata\.(?P<kind>labels|annotations)\['(?P<key>[^']+)'\]")
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")

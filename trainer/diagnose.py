@@ -14,8 +14,8 @@ import sys
 from typing import Mapping
 
 from trainer import contract as c
-from trainer.preflight import FAIL, OK, Check, check_gpus, check_infiniband, check_shm, preflight
-from trainer.pod_env import WorldError, resolve_world
+from trainer.pod.preflight import FAIL, OK, Check, check_gpus, check_infiniband, check_shm, preflight
+from trainer.pod.env import WorldError, resolve_world
 
 SECRETS = {c.HF_TOKEN.name, c.HUGGINGFACE_HUB_TOKEN.name}
 

@@ -24,9 +24,9 @@ from typing import Mapping, Sequence
 
 from trainer import console
 from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED, EXIT_TERMINATED
-from trainer.launch import ArgsError, torchrun_argv, torchrun_env
-from trainer.preflight import preflight
-from trainer.pod_env import PodWorld, WorldError, resolve_world
+from trainer.pod.launch import ArgsError, torchrun_argv, torchrun_env
+from trainer.pod.preflight import preflight
+from trainer.pod.env import PodWorld, WorldError, resolve_world
 
 __all__ = ["PodWorld", "WorldError", "resolve_world", "torchrun_argv", "main"]
 

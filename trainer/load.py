@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.gpt import GPT, GPTConfig
+from trainer.tasks.lm.model import GPT, GPTConfig
 from trainer.outputs import write_json
-from trainer.smoke import MLP, MLPConfig
+from trainer.tasks.smoke import MLP, MLPConfig
 
 CARD = "model.json"
 WEIGHTS = "model.pt"

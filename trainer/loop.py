@@ -3,7 +3,7 @@
 Every rank runs the same sequence of collectives: beyond DDP's own, one small all-reduce (losses,
 units, stop flag, checkpoint-time flag) per log interval, at a checkpoint and at an epoch's end, the
 only times the host waits for the device; validation sums losses. Checkpoints are written by every
-rank in the background, with collectives on a group of their own (sharded_checkpoint). Decisions
+rank in the background, with collectives on a group of their own (trainer/checkpoint/sharded.py). Decisions
 (checkpoint now, stop now) follow from values every rank has, so no rank waits alone. A SIGTERM, and
 a checkpoint by time, are answered at the next of those syncs: within --log-every steps.
 """
@@ -24,15 +24,16 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.utils.data import DataLoader, Subset
 
-from trainer import console, flops, sharded_checkpoint, throughput
-from trainer.checkpoint import CheckpointStore, UnreadableFormat
+from trainer import console, flops, throughput
+from trainer.checkpoint import sharded
+from trainer.checkpoint.store import CheckpointStore, UnreadableFormat
 from trainer.distributed import Dist, background_group, main_decides, sum_across
 from trainer.load import params_sum, write_card
 from trainer.optimizer import make_adamw
 from trainer.outputs import RunDir, write_json
 from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest
-from trainer.task import Task, to_device
+from trainer.tasks.task import Task, to_device
 from trainer.tracking import NO_TRACKERS, Trackers
 
 
@@ -113,7 +114,7 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
         self.store = CheckpointStore(run.checkpoints, cfg.keep_checkpoints)
         self.checkpoint_group = background_group(d)
-        self.checkpointer = sharded_checkpoint.AsyncCheckpointer(
+        self.checkpointer = sharded.AsyncCheckpointer(
             self.store, self.checkpoint_group, d.is_main, pinned=d.device.type == "cuda", timeout_s=d.timeout.total_seconds()
         )
         self.last_checkpoint_at = time.monotonic()
@@ -184,7 +185,7 @@ class Trainer:
         same_world = record["world_size"] == self.d.world_size
         if same_world:  # this rank's own streams; a resized world cannot replay the old ranks' streams
             state["rng"] = {f"rank-{self.d.rank}": _rng_state(self.d.device)}
-        sharded_checkpoint.load(state, shards, self.checkpoint_group)
+        sharded.load(state, shards, self.checkpoint_group)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         self._load_scaler_state(record["scaler"])
         self.progress = Progress(**record["progress"])

@@ -13,14 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainer import lm_corpus
+from trainer.tasks.lm import corpus
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.prepare", description=__doc__.splitlines()[0])
-    lm_corpus.add_arguments(parser)
+    corpus.add_arguments(parser)
     args = parser.parse_args(argv)
-    for shard, prepared in lm_corpus.prepare_shards(args, lm_corpus.tokenizer_of(args)):
+    for shard, prepared in corpus.prepare_shards(args, corpus.tokenizer_of(args)):
         if not prepared:
             marker = shard.marker()
             print(f"[DATA] {marker['source']}: {marker['count']} tokens ({marker['dtype']}) cached in {shard.tokens_path}", flush=True)

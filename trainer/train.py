@@ -18,13 +18,15 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from trainer import contract as c
-from trainer import console, distributed, lm, smoke, tracking
+from trainer import console, distributed, tracking
+from trainer.tasks.lm import task as lm_task
+from trainer.tasks import smoke
 from trainer.loop import Stopped, TrainConfig, Trainer
 from trainer.outputs import RunDir
 from trainer.stop import EXIT_STOPPED, StopRequest
 from trainer.throughput import GRAD_COMPRESSION
 
-TASKS = {"smoke": smoke, "lm": lm}
+TASKS = {"smoke": smoke, "lm": lm_task}
 
 
 # Per-task defaults of the common flags: the smoke test keeps seed 001's, the LM gets LM-like ones.

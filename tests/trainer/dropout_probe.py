@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from trainer import train
-from trainer.task import Task
+from trainer.tasks.task import Task
 
 FEATURES = 16
 

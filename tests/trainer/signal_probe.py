@@ -21,7 +21,8 @@ import types
 import urllib.request
 from pathlib import Path
 
-from trainer import smoke, tracking, train
+from trainer import tracking, train
+from trainer.tasks import smoke
 
 
 def make_task(args):

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from trainer.checkpoint import FORMAT, CheckpointStore, UnreadableFormat
+from trainer.checkpoint.store import FORMAT, CheckpointStore, UnreadableFormat
 
 pytestmark = pytest.mark.timeout(60)
 

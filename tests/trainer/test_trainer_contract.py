@@ -34,7 +34,7 @@ def env_names_written_as_literals(tree: ast.AST) -> set[str]:
 
 def test_the_trainer_reads_no_pod_variable_by_a_literal_name():
     literals = set()
-    for path in (REPO / "trainer").glob("*.py"):
+    for path in (REPO / "trainer").rglob("*.py"):
         if path.name != "contract.py":
             literals |= env_names_written_as_literals(ast.parse(path.read_text()))
     assert literals <= NOT_POD_ENV, f"use trainer/contract.py's constants for {sorted(literals - NOT_POD_ENV)}"

@@ -25,7 +25,7 @@ from trainer_testing import (
 )  # fmt: skip
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from trainer.documents import read_texts
+from trainer.tasks.lm.documents import read_texts
 
 EOS = "<|endoftext|>"
 

@@ -7,7 +7,7 @@ from trainer_testing import SMOKE_ARGS, pod_env
 
 from trainer import contract as c
 from trainer.entrypoint import resolve_world, torchrun_argv
-from trainer.launch import ArgsError, torchrun_env
+from trainer.pod.launch import ArgsError, torchrun_env
 
 pytestmark = pytest.mark.timeout(30)
 

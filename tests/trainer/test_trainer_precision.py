@@ -8,8 +8,7 @@ import pytest
 import torch
 from trainer_testing import PYTHON, clean_env, done_lines, run_to_end
 
-from trainer import checkpoint
-from trainer.checkpoint import CheckpointStore
+from trainer.checkpoint.store import CheckpointStore
 from trainer.loop import _amp_dtype
 
 

@@ -12,8 +12,8 @@ import pytest
 from trainer_testing import free_port
 
 from trainer import contract as c
-from trainer import preflight
-from trainer.preflight import (
+from trainer.pod import preflight
+from trainer.pod.preflight import (
     FAIL, OK, WARN, check_gpus, check_shm, choose_interface, own_address, visible_gpus, wait_for_endpoint,
 )  # fmt: skip
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from trainer_testing import PYTHON, clean_env, done_lines, run_to_end, write_corpus
 
-from trainer.gpt import GPT, GPTConfig
+from trainer.tasks.lm.model import GPT, GPTConfig
 
 LM_SHAPE = ["--seq-len", "16", "--d-model", "32", "--n-layer", "1", "--n-head", "2", "--dropout", "0.1"]
 

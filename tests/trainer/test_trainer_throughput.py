@@ -12,8 +12,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer import distributed, flops, optimizer, smoke, train
-from trainer.gpt import GPT, GPTConfig
+from trainer import distributed, flops, optimizer, train
+from trainer.tasks import smoke
+from trainer.tasks.lm.model import GPT, GPTConfig
 from trainer.loop import Trainer
 from trainer.outputs import RunDir
 from trainer.stop import StopRequest

@@ -21,10 +21,10 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from trainer_testing import PYTHON, REPO, clean_env, run_to_end
 from transformers import PreTrainedTokenizerFast
 
-from trainer.documents import DocumentSource, datasets_missing_message, read_paragraphs, read_texts
-from trainer.lm_data import TokenBlocks
-from trainer.lm_tokenizer import ByteTokenizer, HuggingFaceTokenizer
-from trainer.token_shards import prepare_tokens
+from trainer.tasks.lm.documents import DocumentSource, datasets_missing_message, read_paragraphs, read_texts
+from trainer.tasks.lm.data import TokenBlocks
+from trainer.tasks.lm.tokenizer import ByteTokenizer, HuggingFaceTokenizer
+from trainer.tasks.lm.shards import prepare_tokens
 
 WORDS = ["the", "pod", "trains", "a", "model", "on", "text", "and", "writes", "checkpoints", "ünïcode", "日本", "emoji🙂"]
 
@@ -190,9 +190,9 @@ def test_a_prepare_killed_mid_write_leaves_nothing_that_looks_complete(tmp_path)
 READ_AND_HASH = """
 import hashlib, sys
 from pathlib import Path
-from trainer.documents import DocumentSource
-from trainer.lm_tokenizer import ByteTokenizer
-from trainer.token_shards import prepare_tokens
+from trainer.tasks.lm.documents import DocumentSource
+from trainer.tasks.lm.tokenizer import ByteTokenizer
+from trainer.tasks.lm.shards import prepare_tokens
 shard, prepared = prepare_tokens(DocumentSource(Path(sys.argv[1]), "text", "--train-file"), ByteTokenizer(), Path(sys.argv[2]), 60)
 print("prepared" if prepared else "reused", hashlib.sha256(shard.open()).hexdigest(), flush=True)
 """

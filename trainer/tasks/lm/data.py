@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from trainer.token_shards import Shard
+from trainer.tasks.lm.shards import Shard
 
 
 class TokenBlocks(Dataset):

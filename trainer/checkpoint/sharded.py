@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from trainer import console
-from trainer.checkpoint import CheckpointStore
+from trainer.checkpoint.store import CheckpointStore
 
 
 class AsyncCheckpointer:

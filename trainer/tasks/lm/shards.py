@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from trainer import console
-from trainer.documents import DocumentSource
-from trainer.durable import fsync_directory, write_text_atomically
+from trainer.tasks.lm.documents import DocumentSource
+from trainer.checkpoint.durable import fsync_directory, write_text_atomically
 
 FORMAT = 1  # bump when the layout or the joining of documents changes: old shards are then not used
 CACHE_FLAG = "--token-cache-dir"

@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from trainer.flops import dense_flops_per_sample
-from trainer.task import Task, save_state_dict
+from trainer.tasks.task import Task, save_state_dict
 
 
 @dataclass(frozen=True)

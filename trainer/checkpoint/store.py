@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import console
-from trainer.durable import fsync_directory, write_text_atomically
+from trainer.checkpoint.durable import fsync_directory, write_text_atomically
 
 FORMAT = 3  # 3: sharded directories (torch.distributed.checkpoint); 2 was one torch.save file per step
 

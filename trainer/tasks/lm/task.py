@@ -1,8 +1,8 @@
 """The real job: a causal language model trained on text from the data volume.
 
 By default a small GPT with a byte tokenizer (nothing to download). With --model-local-dir (or
---model-id), a Hugging Face causal LM (see trainer/hugging_face.py: offline unless --allow-download).
-The text is tokenized once into memory-mapped shards that every rank reads (trainer/lm_corpus.py).
+--model-id), a Hugging Face causal LM (see trainer/tasks/lm/hugging_face.py: offline unless --allow-download).
+The text is tokenized once into memory-mapped shards that every rank reads (trainer/tasks/lm/corpus.py).
 """
 
 from __future__ import annotations
@@ -13,16 +13,18 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from trainer import flops, hugging_face, lm_corpus
-from trainer.gpt import GPT, GPTConfig
-from trainer.lm_data import TokenBlocks
-from trainer.task import Task, save_state_dict
+from trainer import flops
+from trainer.tasks.lm import hugging_face
+from trainer.tasks.lm import corpus
+from trainer.tasks.lm.model import GPT, GPTConfig
+from trainer.tasks.lm.data import TokenBlocks
+from trainer.tasks.task import Task, save_state_dict
 
 VOCAB_MULTIPLE = 64  # the GPT's embedding and head rows: a shape the GPU's matmul kernels run at full speed
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    lm_corpus.add_arguments(parser)
+    corpus.add_arguments(parser)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--n-layer", type=int, default=4)
     parser.add_argument("--n-head", type=int, default=4)
@@ -31,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def make_task(args: argparse.Namespace) -> Task:
-    tokenizer = lm_corpus.tokenizer_of(args)
-    train_set, val_set = (TokenBlocks(shard, args.seq_len) for shard, _ in lm_corpus.prepare_shards(args, tokenizer))
+    tokenizer = corpus.tokenizer_of(args)
+    train_set, val_set = (TokenBlocks(shard, args.seq_len) for shard, _ in corpus.prepare_shards(args, tokenizer))
     model_source = hugging_face.model_of(args)
     if model_source is not None:
         return _hugging_face_task(args, model_source, tokenizer.tokenizer, train_set, val_set)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from trainer import console
 from trainer import contract as c
-from trainer import hugging_face
-from trainer.documents import DocumentSource
-from trainer.lm_tokenizer import ByteTokenizer, HuggingFaceTokenizer
-from trainer.token_shards import CACHE_FLAG, WAIT_FLAG, Shard, prepare_tokens
+from trainer.tasks.lm import hugging_face
+from trainer.tasks.lm.documents import DocumentSource
+from trainer.tasks.lm.tokenizer import ByteTokenizer, HuggingFaceTokenizer
+from trainer.tasks.lm.shards import CACHE_FLAG, WAIT_FLAG, Shard, prepare_tokens
 
 CACHE_DIR_NAME = ".token-cache"
 

@@ -1,0 +1,1 @@
+"""What is trained: the Task protocol, the smoke test, and the language-model task."""

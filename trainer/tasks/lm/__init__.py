@@ -1,0 +1,1 @@
+"""The language-model task: its model, corpus, tokenizer and token shards."""
