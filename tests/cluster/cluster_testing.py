@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +17,7 @@ from ddp_infra.claim_changes import ClaimChangeRefused
 from infra_harness import DELETE, Evaluation, evaluate, stack_config_with, stack_file_config
 from pulumi_project import PROJECT, PulumiProject, Result
 from trainer import contract
+from trainer_testing import resumed_lines
 from toolchain.cluster import LocalCluster
 
 
@@ -219,6 +222,48 @@ def run_dir(cluster: LocalCluster) -> Path:
     return claim_path(cluster, NAMESPACE, "outputs-pvc") / RUN
 
 
+def newest_checkpoint(cluster: LocalCluster) -> dict[str, Any]:
+    """The commit record of the run's newest checkpoint, or {"step": -1} before the first."""
+    records = sorted((run_dir(cluster) / "checkpoints").glob("ckpt-*.json"))
+    return json.loads(records[-1].read_text()) if records else {"step": -1}
+
+
+def wait_for_checkpoint_after(cluster: LocalCluster, step: int, timeout: float = 300) -> dict[str, Any]:
+    return wait_for(lambda: (r := newest_checkpoint(cluster))["step"] > step and r, timeout,
+                    f"a checkpoint after step {step}", interval=1)  # fmt: skip
+
+
+def pod_resumed_lines(cluster: LocalCluster, index: int = 0) -> list[str]:
+    """The [CKPT] resumed lines of the world's pod `index` (pod 0 holds global rank 0, which logs for
+    the world); none between a pod and its replacement."""
+    found = world_pods(cluster)
+    if index not in found:
+        return []
+    return resumed_lines(all_logs(cluster, NAMESPACE, found[index]["metadata"]["name"]))
+
+
+def container_pid(cluster: LocalCluster, pod: str) -> int:
+    """PID 1 of the pod's container: of the processes in its cgroup, the one whose parent (the shim) is not."""
+    status = get(cluster, "pod", pod, NAMESPACE)["status"]["containerStatuses"][0]
+    container_id = status["containerID"].split("://", 1)[1]
+    inside = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if container_id in (proc / "cgroup").read_text():
+                inside[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+    first = [pid for pid, parent in inside.items() if parent not in inside]
+    assert len(first) == 1, f"pod {pod}'s container {container_id[:12]}: processes {inside}"
+    return first[0]
+
+
+def kill_container(cluster: LocalCluster, pod: str) -> None:
+    """SIGKILL to the container's PID 1 from the node, as the kernel's OOM killer or a crashed runtime
+    would: with the trainer image, the entrypoint, and with it torchrun, the store (in pod 0) and the workers."""
+    os.kill(container_pid(cluster, pod), signal.SIGKILL)
+
+
 def claim_path(cluster: LocalCluster, namespace: str, claim: str) -> Path:
     """The directory on this machine behind a bound claim (the cluster's local volumes)."""
     volume = get(cluster, "pvc", claim, namespace)["spec"]["volumeName"]
@@ -227,7 +272,10 @@ def claim_path(cluster: LocalCluster, namespace: str, claim: str) -> Path:
 
 
 class LogStream:
-    """`kubectl logs -f` of one pod into a file, from now until the pod is gone."""
+    """`kubectl logs -f` of one pod into a file, from now until the pod is gone.
+
+    A context manager: leaving it ends the kubectl process, whatever failed before `text`.
+    """
 
     def __init__(self, cluster: LocalCluster, namespace: str, pod: str, path: Path):
         self.path = path
@@ -241,7 +289,17 @@ class LogStream:
         try:
             self._proc.wait(timeout=wait)
         except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._file.close()
+            self.close()
         return self.path.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+        self._file.close()
+
+    def __enter__(self) -> "LogStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

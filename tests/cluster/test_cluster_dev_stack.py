@@ -5,6 +5,7 @@ answered with a checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -14,13 +15,11 @@ from cluster_testing import (
     LONG_RUN, MASTER, NAMESPACE, NODES, SERVICE, WORKLOAD, LogStream, all_logs, exec_python, get, job_condition,
     pod_name, pods, run_dir, running, wait_for, wait_for_world, world_pods,
 )  # fmt: skip
+from trainer_testing import done_lines, epoch_records
+
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(1200)
-
-
-def done_lines(cluster, pod: str) -> list[str]:
-    return [line for line in all_logs(cluster, NAMESPACE, pod).splitlines() if line.startswith("[DONE]")]
 
 
 def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack):
@@ -28,16 +27,16 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
     assert wait_for(lambda: job_condition(cluster), 600, "the Job to end", interval=3) == "Complete"
     names = {index: pod["metadata"]["name"] for index, pod in world_pods(cluster).items()}
     assert sorted(names) == list(range(NODES))
-    done = {index: done_lines(cluster, name) for index, name in names.items()}
+    done = {index: done_lines(all_logs(cluster, NAMESPACE, name)) for index, name in names.items()}
 
     # Both ranks report the same final weights: one world of two trained together.
-    sums = {line.split("params_sum=")[1].split()[0] for lines in done.values() for line in lines}
+    sums = {line["params_sum"] for lines in done.values() for line in lines}
     assert len(sums) == 1, done
-    ranks = {line.split()[1] for lines in done.values() for line in lines}
-    assert ranks == {"rank=0", "rank=1"}, done
+    ranks = {line["rank"] for lines in done.values() for line in lines}
+    assert ranks == {"0", "1"}, done
     # Global rank 0 (the one that logs, checkpoints and writes outputs) runs in pod 0, which the
     # stack's kubectlFollowRank0 command follows.
-    assert "[DONE] rank=0 " in "\n".join(done[0]), done
+    assert [line["rank"] for line in done[0]] == ["0"], done
     assert "[DDP] process global_rank=0 local_rank=0 pod_index=0 " in all_logs(cluster, NAMESPACE, names[0])
     # Every pod met the others at pod 0's DNS name, on a cluster whose domain is not cluster.local.
     for name in names.values():
@@ -48,7 +47,7 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
     outputs = run_dir(cluster)
     assert (outputs / "epoch-1").is_dir() and (outputs / "epoch-2").is_dir(), sorted(outputs.iterdir())
     assert (outputs / "best").is_symlink() and (outputs / "best").resolve().parent == outputs.resolve()
-    metrics = [json.loads(line) for line in (outputs / "metrics.jsonl").read_text().splitlines()]
+    metrics = epoch_records(outputs)
     assert [m["epoch"] for m in metrics] == [1, 2]
     assert all(m["val_loss"] > 0 and m["val_ppl"] > 1 for m in metrics), metrics
     assert sorted((outputs / "checkpoints").glob("ckpt-*.json")), "no checkpoint was committed"
@@ -85,7 +84,7 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
     assert wait_for(lambda: job_condition(cluster), 600, "the longer run's Job to end", interval=3) == "Complete"
     resumed = all_logs(cluster, NAMESPACE, pod_name(cluster, 0))
     assert "[CKPT] resumed from" in resumed and "[EPOCH] 3/3" in resumed, resumed[-3000:]
-    metrics = [json.loads(line) for line in (outputs / "metrics.jsonl").read_text().splitlines()]
+    metrics = epoch_records(outputs)
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
 
 
@@ -183,12 +182,13 @@ print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'shm': shm.f_blocks * 
     checkpoints = run_dir(cluster) / "checkpoints"
     wait_for(lambda: "[TRAIN]" in all_logs(cluster, NAMESPACE, names[0]), 300, "training to start", interval=2)
     before = {p.name for p in checkpoints.glob("ckpt-*.json")}
-    streams = {pod: LogStream(cluster, NAMESPACE, pod, tmp_path / f"{pod}.log") for pod in names.values()}
-    cluster.kubectl("delete", "pod", names[1], "-n", NAMESPACE, "--wait=true", "--timeout=180s", timeout=210)
-    new = {p.name for p in checkpoints.glob("ckpt-*.json")} - before
-    records = [json.loads((checkpoints / name).read_text()) for name in sorted(new)]
-    assert any(r["reason"] == "sigterm" for r in records), (records, {p: s.text(1)[-1500:] for p, s in streams.items()})
-    texts = {pod: stream.text() for pod, stream in streams.items()}
+    with contextlib.ExitStack() as open_streams:
+        streams = {pod: open_streams.enter_context(LogStream(cluster, NAMESPACE, pod, tmp_path / f"{pod}.log")) for pod in names.values()}
+        cluster.kubectl("delete", "pod", names[1], "-n", NAMESPACE, "--wait=true", "--timeout=180s", timeout=210)
+        new = {p.name for p in checkpoints.glob("ckpt-*.json")} - before
+        records = [json.loads((checkpoints / name).read_text()) for name in sorted(new)]
+        assert any(r["reason"] == "sigterm" for r in records), (records, {p: s.text(1)[-1500:] for p, s in streams.items()})
+        texts = {pod: stream.text() for pod, stream in streams.items()}
     combined = "\n".join(texts.values())
     # The trainer stopped itself after the checkpoint, before the kubelet's SIGKILL at the grace period's end.
     assert "(sigterm)" in combined and "[STOP]" in combined, combined[-3000:]

@@ -11,17 +11,14 @@ restart the world, to resume) are printed for the README.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
-from pathlib import Path
 
 import pytest
-from trainer_testing import done_lines, same_result, uninterrupted_result
+from trainer_testing import done_lines, epoch_records, same_result, uninterrupted_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, WORKLOAD, all_logs,
-    get, run_dir, wait_for, world_pods, world_running,
+    CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, WORKLOAD, all_logs, get, kill_container,
+    newest_checkpoint, pod_resumed_lines, run_dir, wait_for, world_pods, world_running,
 )  # fmt: skip
 from trainer import contract
 
@@ -42,27 +39,6 @@ def terminal_state(cluster) -> str | None:
 
 def world_uids(cluster) -> set[str]:
     return {pod["metadata"]["uid"] for pod in world_pods(cluster).values()}
-
-
-def container_pid(cluster, pod: str) -> int:
-    """PID 1 of the pod's trainer container: of the processes in its cgroup, the one whose parent (the shim) is not."""
-    status = get(cluster, "pod", pod, NAMESPACE)["status"]["containerStatuses"][0]
-    container_id = status["containerID"].split("://", 1)[1]
-    inside = {}
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if container_id in (proc / "cgroup").read_text():
-                inside[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError):
-            continue
-    first = [pid for pid, parent in inside.items() if parent not in inside]
-    assert len(first) == 1, f"pod {pod}'s container {container_id[:12]}: processes {inside}"
-    return first[0]
-
-
-def kill_container(cluster, pod: str) -> None:
-    """SIGKILL to the container's PID 1 from the node, as the OOM killer or a crash would end it."""
-    os.kill(container_pid(cluster, pod), signal.SIGKILL)
 
 
 def wait_for_world_restart(cluster, old: set[str], restarts: int, nodes: int = 2) -> dict[str, float]:
@@ -105,11 +81,9 @@ def test_the_controller_runs_the_stacks_jobset_as_the_env_contract_says(controll
 
     # One pod killed: its Job fails at once and JobSet recreates the whole world.
     old = world_uids(cluster)
-    started = time.monotonic()
     kill_container(cluster, world[1]["metadata"]["name"])
     figures = wait_for_world_restart(cluster, old, restarts=1)
     print(f"\n[figures] JobSet, pod 1 killed (pause image): seconds to {figures}")
-    assert time.monotonic() - started < 300
 
 
 def test_the_dev_run_completes_as_a_jobset(controllers_cluster, controllers_dev_image, controllers_stack):
@@ -130,24 +104,10 @@ def test_the_dev_run_completes_as_a_jobset(controllers_cluster, controllers_dev_
         assert f"master={master}:" in all_logs(cluster, NAMESPACE, pod["metadata"]["name"])
     outputs = run_dir(cluster)
     assert (outputs / "epoch-1").is_dir() and (outputs / "epoch-2").is_dir(), sorted(outputs.iterdir())
-    metrics = [json.loads(line) for line in (outputs / "metrics.jsonl").read_text().splitlines()]
+    metrics = epoch_records(outputs)
     assert [m["epoch"] for m in metrics] == [1, 2]
     assert sorted((outputs / "checkpoints").glob("ckpt-*.json")), "no checkpoint was committed"
     assert "Completed" in cluster.kubectl(*controllers_stack.outputs["kubectlRunStatus"].split()[1:]).stdout
-
-
-def newest_checkpoint(cluster) -> dict:
-    records = sorted((run_dir(cluster) / "checkpoints").glob("ckpt-*.json"))
-    return json.loads(records[-1].read_text()) if records else {"step": -1}
-
-
-def resumed_lines(cluster) -> list[str]:
-    """The [CKPT] resumed lines of pod 0, which holds global rank 0 and logs for the world."""
-    found = world_pods(cluster)
-    if 0 not in found:
-        return []
-    log = all_logs(cluster, NAMESPACE, found[0]["metadata"]["name"])
-    return [line for line in log.splitlines() if line.startswith("[CKPT] resumed from")]
 
 
 def test_losing_any_pod_restarts_the_whole_world_from_its_checkpoint(controllers_cluster, controllers_dev_image, controllers_stack, tmp_path):
@@ -167,7 +127,7 @@ def test_losing_any_pod_restarts_the_whole_world_from_its_checkpoint(controllers
         started = time.monotonic()
         lose()
         figures[what] = wait_for_world_restart(cluster, old, restarts)
-        line = wait_for(lambda: (lines := resumed_lines(cluster)) and lines[-1], 300, "the new world to resume", interval=1)
+        line = wait_for(lambda: (lines := pod_resumed_lines(cluster)) and lines[-1], 300, "the new world to resume", interval=1)
         figures[what]["resumed"] = round(time.monotonic() - started, 1)
         # At most one checkpoint interval is lost: the new world resumes from the newest checkpoint.
         assert int(line.split("ckpt-")[1][:8]) >= before["step"], (what, line, before)

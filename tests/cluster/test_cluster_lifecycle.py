@@ -54,15 +54,15 @@ def test_a_crashed_run_is_cleaned_up_and_stop_leaves_nothing():
     before = host_state()
     name = "lifecycle"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    # `up` returns and leaves its daemons running, as a test run killed mid-way would.
-    subprocess.run([sys.executable, "-m", "toolchain.cluster", "up", "--name", name, "--without-images"],
-                   cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
-    pids_file = CACHE / "cluster" / name / "run" / "pids.json"
-    crashed = {key: tuple(value) for key, value in json.loads(pids_file.read_text()).items()}
-    assert all(_alive(*p) for p in crashed.values())
-
     cluster = LocalCluster(name, with_images=False)
-    try:
+    try:  # stop() ends the crashed run's daemons too, whatever fails on the way
+        # `up` returns and leaves its daemons running, as a test run killed mid-way would.
+        subprocess.run([sys.executable, "-m", "toolchain.cluster", "up", "--name", name, "--without-images"],
+                       cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+        pids_file = CACHE / "cluster" / name / "run" / "pids.json"
+        crashed = {key: tuple(value) for key, value in json.loads(pids_file.read_text()).items()}
+        assert all(_alive(*p) for p in crashed.values())
+
         cluster.start()
         assert not any(_alive(*p) for p in crashed.values()), "a process of the crashed run survived the new start"
         assert cluster.kubectl("get", "node", cluster.node_name).returncode == 0

@@ -9,8 +9,6 @@ printed for the README.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -19,8 +17,9 @@ import pytest
 from trainer_testing import done_lines, same_result, uninterrupted_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, all_logs, evict, get, job_condition, pod_name, pods, run_dir, wait_for, wait_for_world,
-    world_pods,
+    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, all_logs, evict, get, job_condition,
+    kill_container, newest_checkpoint, pod_name, pod_resumed_lines, pods, run_dir, wait_for, wait_for_checkpoint_after,
+    wait_for_world, world_pods,
 )  # fmt: skip
 from ddp_infra.claim_changes import ClaimChangeRefused
 from trainer import contract
@@ -38,25 +37,6 @@ def checkpoints(cluster) -> Path:
     return run_dir(cluster) / "checkpoints"
 
 
-def newest_checkpoint(cluster) -> dict:
-    records = sorted(checkpoints(cluster).glob("ckpt-*.json"))
-    return json.loads(records[-1].read_text()) if records else {"step": -1}
-
-
-def wait_for_checkpoint_after(cluster, step: int, timeout: float = 300) -> dict:
-    return wait_for(lambda: (r := newest_checkpoint(cluster))["step"] > step and r, timeout,
-                    f"a checkpoint after step {step}", interval=1)  # fmt: skip
-
-
-def resumed_lines(cluster, index: int = 0) -> list[str]:
-    """The [CKPT] resumed lines of the pod holding global rank 0 (pod 0), which logs for the world."""
-    try:
-        log = all_logs(cluster, NAMESPACE, pod_name(cluster, index))
-    except KeyError:  # between a pod and its replacement
-        return []
-    return [line for line in log.splitlines() if line.startswith("[CKPT] resumed from")]
-
-
 def resumed_step(line: str) -> int:
     return int(line.split("ckpt-")[1][:8])
 
@@ -64,22 +44,8 @@ def resumed_step(line: str) -> int:
 def wait_for_reform(cluster, seen: int, timeout: float = 300) -> tuple[str, float]:
     """Waits until pod 0 logs a resume beyond the first `seen` of its pod; returns it and the seconds taken."""
     started = time.monotonic()
-    line = wait_for(lambda: (lines := resumed_lines(cluster))[seen:] and lines[-1], timeout, "the world to re-form", interval=1)
+    line = wait_for(lambda: (lines := pod_resumed_lines(cluster))[seen:] and lines[-1], timeout, "the world to re-form", interval=1)
     return line, time.monotonic() - started
-
-
-def kill_container(cluster, pod: str) -> None:
-    """SIGKILL to the container's PID 1 from the node, as the kernel's OOM killer or a crashed runtime
-    would: the entrypoint, and with it torchrun, the store (in pod 0) and the workers."""
-    uid = get(cluster, "pod", pod, NAMESPACE)["metadata"]["uid"]
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if f"pod{uid}" in (proc / "cgroup").read_text() and b"trainer.entrypoint" in (proc / "cmdline").read_bytes():
-                os.kill(int(proc.name), signal.SIGKILL)
-                return
-        except OSError:
-            continue
-    raise AssertionError(f"no entrypoint process of pod {pod} on this node")
 
 
 def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(cluster, dev_stack, tmp_path):
@@ -90,7 +56,7 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
 
     def lose(what: str, how) -> None:
         before = wait_for_checkpoint_after(cluster, max([newest_checkpoint(cluster)["step"], CHECKPOINT_EVERY - 1]))
-        seen = 0 if what.startswith("pod 0") else len(resumed_lines(cluster))  # a new pod 0 starts a new log
+        seen = 0 if what.startswith("pod 0") else len(pod_resumed_lines(cluster))  # a new pod 0 starts a new log
         how()
         line, seconds = wait_for_reform(cluster, seen)
         # At most one checkpoint interval is lost: the world resumes from the newest checkpoint

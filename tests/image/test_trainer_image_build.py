@@ -7,7 +7,6 @@ and are skipped, with the missing path, without it. The key tests need only bash
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import platform
@@ -18,6 +17,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from trainer_testing import build_context_files
 
 from trainer import contract as c
 
@@ -55,22 +55,6 @@ def dockerfile_env() -> dict[str, str]:
     for args in dockerfile_values("ENV"):
         env.update(pair.split("=", 1) for pair in shlex.split(args))
     return env
-
-
-def build_context_files() -> dict[str, bytes]:
-    """What the build context sends under trainer/, after .dockerignore: relative path -> content."""
-    patterns = [p.strip() for p in (TRAINER / ".dockerignore").read_text().splitlines() if p.strip() and not p.startswith("#")]
-    files = {}
-    for path in TRAINER.rglob("*"):
-        relative = path.relative_to(TRAINER).as_posix()
-        parts = relative.split("/")
-        ignored = any(
-            fnmatch.fnmatch(relative, p) or any(fnmatch.fnmatch(part, p.removeprefix("**/")) for part in parts)
-            for p in patterns
-        )  # fmt: skip
-        if path.is_file() and not ignored:
-            files[relative] = path.read_bytes()
-    return files
 
 
 # --- what the image holds -----------------------------------------------------------------------
@@ -132,7 +116,7 @@ def test_the_image_env_is_the_dockerfiles_on_the_bases(image):
 
 
 def test_app_trainer_holds_the_package_as_the_build_context_sends_it(image):
-    sent = build_context_files()
+    sent = {name: path.read_bytes() for name, path in build_context_files().items()}
     assert {"__init__.py", "contract.py", "entrypoint.py", "train.py", "requirements.txt"} <= set(sent)
     assert {name: data for name, (_, data) in image["app"].items()} == sent
     for name, (member, _) in image["app"].items():

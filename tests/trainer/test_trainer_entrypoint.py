@@ -7,7 +7,7 @@ import signal
 import subprocess
 
 import pytest
-from trainer_testing import PYTHON, REPO, SMOKE_ARGS, clean_env, descendants, free_port, pod_env
+from trainer_testing import PYTHON, REPO, SMOKE_ARGS, clean_env, descendants, free_port, kill_tree, pod_env
 
 from trainer import contract as c
 
@@ -65,8 +65,9 @@ def _started(env: dict[str, str], args: list[str], as_pid_1: bool = False) -> su
     # In a PID namespace of its own the entrypoint is PID 1, as in a container: the kernel then
     # delivers a signal from outside only if the process handles it.
     prefix = ["unshare", "--pid", "--fork", "--kill-child"] if as_pid_1 else []
+    # A session of its own, so that kill_tree ends torchrun and the workers with it, whatever fails.
     return subprocess.Popen([*prefix, *command, *args], env=clean_env(**env), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
 
 
 def _wait_for_line(stream, text: str) -> str:
@@ -87,9 +88,9 @@ def test_sigterm_while_waiting_for_the_master_ends_the_pod_at_once():
         _wait_for_line(proc.stdout, "[DDP] pod_index=1")
         (entrypoint,) = descendants(proc.pid)
         os.kill(entrypoint, signal.SIGTERM)
-        proc.wait(timeout=5)
+        proc.wait(timeout=60)  # a hang guard: the wait it must cut short is an hour
     finally:
-        proc.kill()
+        kill_tree(proc.pid)
         proc.wait()
     assert proc.returncode == c.EXIT_TERMINATED
     assert "SIGTERM before torchrun started" in proc.stderr.read()
@@ -109,18 +110,19 @@ time.sleep(600)
 """
 
 
-@pytest.mark.parametrize("shutdown_timeout, written", [(8, True), (1, False)])
+# The worker needs 6 s to checkpoint: a minute is plenty, a second is not, however busy the machine.
+@pytest.mark.parametrize("shutdown_timeout, written", [(60, True), (1, False)])
 def test_torchrun_gives_workers_the_shutdown_timeout_of_the_pod_env(tmp_path, shutdown_timeout, written):
     """torchrun's own default is 30 s whatever the grace period: the entrypoint passes the pod's."""
     script, marker = tmp_path / "worker.py", tmp_path / "checkpoint"
     script.write_text(SLOW_CHECKPOINT)
     env = pod_env("ddp-0", free_port(), nnodes=1, **{c.SHUTDOWN_TIMEOUT.name: str(shutdown_timeout)})
-    proc = _started(env, [str(script), str(marker), "3"])
+    proc = _started(env, [str(script), str(marker), "6"])
     try:
         _wait_for_line(proc.stdout, "worker ready")
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        proc.wait(timeout=120)
     finally:
-        proc.kill()
+        kill_tree(proc.pid)
         proc.wait()
     assert marker.exists() is written

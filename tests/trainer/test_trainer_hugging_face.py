@@ -21,7 +21,8 @@ import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from trainer_testing import (
-    PYTHON, clean_env, done_lines, entrypoint_command, free_port, pod_env, run_to_end, same_result, write_corpus,
+    PYTHON, clean_env, done_lines, entrypoint_command, epoch_records, free_port, pod_env, run_to_end, same_result, train_lines,
+    write_corpus,
 )  # fmt: skip
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -111,13 +112,13 @@ def finished_run(workspace, model_dir):
 
 
 def metrics_of(run) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return epoch_records(run)
 
 
 @pytest.mark.timeout(120)
 def test_trains_offline_in_a_world_of_two_and_writes_hugging_face_epochs(finished_run, model_dir):
     run, result, text = finished_run
-    assert all("tokens/s=" in line for line in text.splitlines() if line.startswith("[TRAIN]"))
+    assert all("tokens/s" in line for line in train_lines(text))
     records = metrics_of(run)
     assert [r["epoch"] for r in records] == [1, 2]
     vocab_size = json.loads((model_dir / "config.json").read_text())["vocab_size"]

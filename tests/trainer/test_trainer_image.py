@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import shlex
 import shutil
@@ -10,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from trainer_testing import PYTHON, REPO, clean_env, done_lines, run_to_end
+from trainer_testing import PYTHON, REPO, build_context_files, clean_env, done_lines, run_to_end
 
 from trainer import contract as c
 
@@ -87,25 +86,8 @@ def test_dockerfile_holds_to_the_contract():
     assert f"--uid {c.IMAGE_UID}" in useradd and f"--gid {c.IMAGE_GID}" in useradd
 
 
-def build_context_files() -> list[Path]:
-    """What `docker build trainer/` would send, after .dockerignore."""
-    patterns = [p.strip() for p in (TRAINER / ".dockerignore").read_text().splitlines() if p.strip() and not p.startswith("#")]
-    files = []
-    for path in TRAINER.rglob("*"):
-        relative = path.relative_to(TRAINER).as_posix()
-        parts = relative.split("/")
-        ignored = any(
-            fnmatch.fnmatch(relative, p) or fnmatch.fnmatch(relative, p.removeprefix("**/"))
-            or any(fnmatch.fnmatch(part, p.removeprefix("**/")) for part in parts)
-            for p in patterns
-        )  # fmt: skip
-        if path.is_file() and not ignored:
-            files.append(path)
-    return files
-
-
 def test_build_context_is_the_package_without_caches():
-    names = {p.relative_to(TRAINER).as_posix() for p in build_context_files()}
+    names = set(build_context_files())
     assert {"__init__.py", "contract.py", "entrypoint.py", "train.py", "requirements.txt"} <= names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
@@ -113,8 +95,8 @@ def test_build_context_is_the_package_without_caches():
 def test_the_image_layout_runs_the_default_command_without_writing_to_its_code(tmp_path):
     """The code copied as the Dockerfile copies it, run from /app's stand-in with the image's env."""
     app = tmp_path / "app"
-    for path in build_context_files():
-        target = app / "trainer" / path.relative_to(TRAINER)
+    for relative, path in build_context_files().items():
+        target = app / "trainer" / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
     before = sorted(p.relative_to(app) for p in app.rglob("*"))

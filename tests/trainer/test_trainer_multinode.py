@@ -14,7 +14,8 @@ import time
 
 import pytest
 from trainer_testing import (
-    SMOKE_ARGS, clean_env, done_lines, entrypoint_command, free_port, kill_tree, pod_env, same_result, worker_pids,
+    SMOKE_ARGS, clean_env, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env, resumed_lines, same_result,
+    worker_pids,
 )
 
 from trainer import contract as c
@@ -103,7 +104,7 @@ def test_a_killed_worker_resumes_from_the_checkpoint_and_ends_as_an_uninterrupte
     assert first.wait(240) == 0, first.text()
     assert second.wait(60) == 0, second.text()
     logs = first.text() + second.text()
-    resumed = [line for line in logs.splitlines() if line.startswith("[CKPT] resumed from ckpt-")]
+    resumed = resumed_lines(logs)
     assert resumed, logs[-4000:]
     assert int(resumed[-1].split("ckpt-")[1][:8]) >= 16
     assert_both_ranks_end_with((first, second), expected)
@@ -123,7 +124,7 @@ def test_losing_pod_0_and_its_store_re_forms_the_world_around_its_replacement(sp
     replacement = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **RESTARTS)
     assert replacement.wait(240) == 0, replacement.text()
     assert second.wait(60) == 0, second.text()
-    resumed = [line for line in replacement.text().splitlines() if line.startswith("[CKPT] resumed from ckpt-")]
+    resumed = resumed_lines(replacement.text())
     assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, replacement.text()[-4000:]
     assert_both_ranks_end_with((replacement, second), expected)
 
@@ -168,7 +169,7 @@ def test_a_world_resized_from_2_to_3_goes_on_at_the_exact_sample_and_learning_ra
     assert f"sample {stopped['samples_in_epoch']}/{samples}, global step {stopped['step']}, world of 3 (was 2)" in log, log[-3000:]
 
     # Epoch 1 is the samples the world of 2 took, then whole steps of the world of 3 up to the end.
-    first_epoch = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    first_epoch = epoch_records(tmp_path / "run")[0]
     taken_after = first_epoch["samples"] - stopped["samples_in_epoch"]
     assert taken_after > 0 and taken_after % per_step_3 == 0
     assert 0 <= samples - first_epoch["samples"] < per_step_3

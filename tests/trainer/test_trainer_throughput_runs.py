@@ -4,14 +4,10 @@ world of two, torch.compile, and the [TRAIN] line's figures."""
 from __future__ import annotations
 
 import pytest
-from trainer_testing import PYTHON, clean_env, done_lines, run_to_end, same_result, uninterrupted_result
+from trainer_testing import PYTHON, clean_env, done_lines, run_to_end, same_result, train_lines, uninterrupted_result
 
 SMALL = ["-m", "trainer.train", "smoke", "--epochs", "1", "--samples", "1024", "--batch", "64", "--features", "16",
          "--hidden", "32", "--classes", "3", "--lr", "1e-2", "--seed", "3", "--log-every", "4", "--pg-timeout", "60"]  # fmt: skip
-
-
-def train_lines(text: str) -> list[dict[str, str]]:
-    return [dict(f.split("=", 1) for f in line.split()[1:]) for line in text.splitlines() if line.startswith("[TRAIN]")]
 
 
 @pytest.mark.timeout(300)

@@ -10,7 +10,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from trainer_testing import PYTHON, REPO, clean_env, run_to_end
+from trainer_testing import PYTHON, clean_env, run_to_end
 from transformers import PreTrainedTokenizerFast
 
 from trainer.tasks.lm.documents import DocumentSource, datasets_missing_message, read_paragraphs, read_texts
@@ -159,23 +158,19 @@ def prepare_command(data_dir, cache, train="train.jsonl", val="train.jsonl") -> 
 
 
 @pytest.mark.timeout(120)
-def test_a_prepare_killed_mid_write_leaves_nothing_that_looks_complete(tmp_path):
+def test_a_prepare_killed_mid_write_leaves_nothing_that_looks_complete(spawn, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     texts = write_jsonl(data / "train.jsonl", 200_000)  # about 20 MB: long enough to be caught writing
     cache = tmp_path / "cache"
-    with open(tmp_path / "killed.log", "wb") as log:
-        proc = subprocess.Popen(prepare_command(data, cache), env=clean_env(), cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while not any(p.stat().st_size > 0 for p in cache.glob("*.tmp-*")):
-            assert proc.poll() is None, "prepare ended before it was caught writing"
-            assert time.monotonic() < deadline, "no temp file appeared"
-            time.sleep(0.005)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawn(prepare_command(data, cache), clean_env(), "killed")
+    deadline = time.monotonic() + 60
+    while not any(p.stat().st_size > 0 for p in cache.glob("*.tmp-*")):
+        assert proc.popen.poll() is None, "prepare ended before it was caught writing"
+        assert time.monotonic() < deadline, "no temp file appeared"
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
     assert not list(cache.glob("*.json")), "a killed prepare left a finished marker"
 
     code, text = run_to_end(prepare_command(data, cache), clean_env(), tmp_path / "again.log", timeout=60)
@@ -199,13 +194,14 @@ print("prepared" if prepared else "reused", hashlib.sha256(shard.open()).hexdige
 
 
 @pytest.mark.timeout(120)
-def test_two_processes_preparing_at_once_make_one_shard_and_read_the_same(tmp_path):
+def test_two_processes_preparing_at_once_make_one_shard_and_read_the_same(spawn, tmp_path):
     texts = write_jsonl(tmp_path / "train.jsonl", 50_000)
     cache = tmp_path / "cache"
     command = [PYTHON, "-c", READ_AND_HASH, str(tmp_path / "train.jsonl"), str(cache)]
-    procs = [subprocess.Popen(command, env=clean_env(), cwd=REPO, stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    outputs = [proc.communicate(timeout=90)[0].splitlines()[-1].split() for proc in procs]  # after any "waiting" line
-    assert all(proc.returncode == 0 for proc in procs), outputs
+    procs = [spawn(command, clean_env(), f"prepare-{index}") for index in range(2)]
+    codes = [proc.wait(90) for proc in procs]
+    outputs = [proc.text().splitlines()[-1].split() for proc in procs]  # after any "waiting" line
+    assert codes == [0, 0], [proc.text() for proc in procs]
     assert sorted(verdict for verdict, _ in outputs) == ["prepared", "reused"]
     expected = np.array(reference(texts, ByteTokenizer().encode, 256), dtype=np.uint16)
     assert {digest for _, digest in outputs} == {hashlib.sha256(expected).hexdigest()}

@@ -14,9 +14,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from trainer_testing import PYTHON, REPO, clean_env, free_port, kill_tree, run_to_end
+from trainer_testing import PYTHON, REPO, clean_env, done_lines, epoch_records, free_port, kill_tree, run_to_end, train_lines
 
-from trainer import tracking
+from trainer import console, tracking
 from trainer.stop import EXIT_STOPPED
 
 PROBE = str(Path(__file__).with_name("signal_probe.py"))
@@ -49,14 +49,9 @@ def run_world(spawn, out: Path, name: str, world: int, expected: int, **extra: s
     return procs[0].text()
 
 
-def train_lines(text: str) -> dict[int, dict[str, str]]:
-    """The [TRAIN] lines of a log by global step, each as its key=value fields."""
-    lines = [dict(field.split("=", 1) for field in line.split()[1:]) for line in text.splitlines() if line.startswith("[TRAIN]")]
-    return {int(line["global_step"]): line for line in lines}
-
-
-def epoch_records(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+def train_lines_by_step(text: str) -> dict[int, dict[str, str]]:
+    """The [TRAIN] lines of a log by global step."""
+    return {int(line["global_step"]): line for line in train_lines(text)}
 
 
 # --- reading TensorBoard --------------------------------------------------------------------------
@@ -171,7 +166,7 @@ def test_a_run_writes_tensorboard_events_and_its_mlflow_run_from_rank_0(spawn, t
     text = run_world(spawn, tmp_path, "whole", world=2, expected=0, MLFLOW_TRACKING_URI=mlflow.uri,
                      MLFLOW_EXPERIMENT_NAME="whole-runs")  # fmt: skip
     run = tmp_path / "run"
-    lines, records = train_lines(text), epoch_records(run)
+    lines, records = train_lines_by_step(text), epoch_records(run)
     assert len(event_files(run)) == 1, "rank 0 alone writes events"
 
     shown = scalars(run)
@@ -191,7 +186,7 @@ def test_a_run_writes_tensorboard_events_and_its_mlflow_run_from_rank_0(spawn, t
     assert (params["epochs"], params["batch"], params["lr"], params["samples"]) == ("2", "32", "0.003", "512")
     assert mlflow.history(run_id, "train/loss") == [(step, float(line["loss"])) for step, line in lines.items()]
     assert mlflow.history(run_id, "epoch/val_loss") == [(r["global_step"], r["val_loss"]) for r in records]
-    done = next(line for line in text.splitlines() if line.startswith("[DONE]"))
+    done = done_lines(text)
     assert mlflow.history(run_id, "result/val_loss") == [(STEPS[2], records[-1]["val_loss"])], done
 
 
@@ -208,7 +203,7 @@ def test_a_run_stopped_by_sigterm_resumes_its_events_and_mlflow_run_without_dupl
     assert stored_run_id(run) == run_id and len(mlflow.runs_of("stopped-runs")) == 1
     assert mlflow.run(run_id)["info"]["status"] == "FINISHED"
 
-    logged = sorted({**train_lines(first), **train_lines(again)})
+    logged = sorted({**train_lines_by_step(first), **train_lines_by_step(again)})
     assert len(event_files(run)) == 2, "one event file per start, from rank 0"
     shown = scalars(run)
     for tag in TRAIN_TAGS:
@@ -225,14 +220,14 @@ def test_steps_redone_after_a_crash_are_shown_once_with_the_resumed_figures(spaw
     crash = dict(PROBE_SIGNAL_AT="8", PROBE_SIGNAL="SIGKILL", PROBE_AWAIT_MLFLOW="1", PROBE_AWAIT_CHECKPOINT="4")
     procs = start_world(spawn, tmp_path, "crashed", 1, args, **crash, **extra)
     assert procs[0].wait(120) == -signal.SIGKILL, procs[0].text()[-3000:]
-    crashed = train_lines(procs[0].text())
+    crashed = train_lines_by_step(procs[0].text())
     assert sorted(crashed) == list(range(1, 8))
     run = tmp_path / "run"
     run_id = stored_run_id(run)
 
     procs = start_world(spawn, tmp_path, "resumed", 1, args, **extra)
     assert procs[0].wait(120) == 0, procs[0].text()[-3000:]
-    resumed = train_lines(procs[0].text())
+    resumed = train_lines_by_step(procs[0].text())
     assert "[CKPT] resumed from ckpt-00000004:" in procs[0].text()
     assert sorted(resumed) == list(range(5, STEPS[1] + 1))
 
@@ -258,9 +253,9 @@ def test_an_unreachable_mlflow_server_does_not_stop_training(tmp_path):
     code, text = run_to_end(command, env, tmp_path / "unreachable.log", timeout=150)
     assert code == 0, text[-4000:]
     assert "[DONE]" in text
-    warnings = [line for line in text.splitlines() if line.startswith("[TRACK]") and "MLflow" in line]
+    warnings = [line for line in console.tagged(text, "[TRACK]") if "MLflow" in line]
     assert 1 <= len(warnings) <= 2, warnings  # the first failure, then giving up
-    assert steps_of(scalars(tmp_path / "run")["train/loss"]) == sorted(train_lines(text)), "TensorBoard goes on"
+    assert steps_of(scalars(tmp_path / "run")["train/loss"]) == sorted(train_lines_by_step(text)), "TensorBoard goes on"
 
 
 @pytest.mark.timeout(120)
@@ -272,5 +267,5 @@ def test_without_tensorboard_in_the_image_training_goes_on_and_says_so(tmp_path)
     env = clean_env(PYTHONPATH=os.pathsep.join([str(shadow), str(REPO)]))
     code, text = run_to_end(command, env, tmp_path / "bare.log", timeout=100)
     assert code == 0, text[-4000:]
-    assert len([line for line in text.splitlines() if line.startswith("[TRACK]") and "TensorBoard" in line]) == 1
+    assert len([line for line in console.tagged(text, "[TRACK]") if "TensorBoard" in line]) == 1
     assert not (tmp_path / "run" / tracking.TENSORBOARD_DIR).exists()

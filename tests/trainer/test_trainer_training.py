@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 from trainer_testing import (
-    PYTHON, SMOKE_ARGS, clean_env, done_lines, entrypoint_command, free_port, pod_env, run_to_end, same_result, write_corpus,
+    PYTHON, SMOKE_ARGS, clean_env, done_lines, entrypoint_command, epoch_records, free_port, pod_env, run_to_end, same_result,
+    train_lines, write_corpus,
 )  # fmt: skip
 
 SMOKE = SMOKE_ARGS[2:]  # the subcommand and its flags, without "-m trainer.train"
@@ -33,10 +34,10 @@ def test_smoke_test_is_identical_for_one_seed_and_writes_its_outputs(tmp_path):
 
     for tag in ("[DDP]", "[TRAIN]", "[EPOCH]", "[DONE]"):
         assert tag in log
-    assert all("samples/s=" in line for line in log.splitlines() if line.startswith("[TRAIN]"))
+    assert all("samples/s" in line for line in train_lines(log))
 
     run = tmp_path / "a"
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    records = epoch_records(run)
     assert [r["epoch"] for r in records] == [1, 2]
     for record in records:
         assert record["val_ppl"] == pytest.approx(math.exp(record["val_loss"]))
@@ -55,7 +56,7 @@ def test_a_restart_after_the_last_epoch_trains_nothing_and_reports_the_same_resu
     assert "[CKPT] resumed from ckpt-00000032:" in log
     assert "[TRAIN]" not in log
     assert same_result(again) == same_result(first)
-    assert len((tmp_path / "done" / "metrics.jsonl").read_text().splitlines()) == 2
+    assert len(epoch_records(tmp_path / "done")) == 2
 
 
 @pytest.mark.timeout(180)
@@ -78,8 +79,8 @@ def test_language_model_on_jsonl_in_a_world_of_two_with_accumulation(tmp_path):
     assert code == 0, text[-4000:]
     lines = done_lines(text)
     assert len(lines) == 2 and same_result(lines[0]) == same_result(lines[1]), "replicas diverged"
-    assert all("tokens/s=" in line for line in text.splitlines() if line.startswith("[TRAIN]"))
-    records = [json.loads(line) for line in (tmp_path / "out" / "lm" / "metrics.jsonl").read_text().splitlines()]
+    assert all("tokens/s" in line for line in train_lines(text))
+    records = epoch_records(tmp_path / "out" / "lm")
     assert records[-1]["val_loss"] < records[0]["val_loss"] < math.log(257)  # learns beyond a uniform guess
     assert records[-1]["val_ppl"] == pytest.approx(math.exp(records[-1]["val_loss"]))
     assert (tmp_path / "out" / "lm" / "best").is_symlink()

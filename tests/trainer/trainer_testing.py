@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import random
@@ -12,7 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from trainer import console
 from trainer import contract as c
+from trainer.outputs import METRICS
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -109,7 +112,22 @@ class Proc:
 
 def done_lines(text: str) -> list[dict[str, str]]:
     """The `[DONE] k=v ...` lines of a log, parsed."""
-    return [dict(field.split("=", 1) for field in line.split()[1:]) for line in text.splitlines() if line.startswith("[DONE]")]
+    return [console.fields(row) for row in console.tagged(text, "[DONE]")]
+
+
+def train_lines(text: str) -> list[dict[str, str]]:
+    """The `[TRAIN] k=v ...` lines of a log, parsed, in order."""
+    return [console.fields(row) for row in console.tagged(text, "[TRAIN]")]
+
+
+def resumed_lines(text: str) -> list[str]:
+    """The `[CKPT] resumed from ckpt-...` lines of a log."""
+    return console.tagged(text, "[CKPT] resumed from")
+
+
+def epoch_records(run: Path) -> list[dict]:
+    """The run's metrics.jsonl, one record per epoch."""
+    return [json.loads(row) for row in (run / METRICS).read_text().splitlines()]
 
 
 def entrypoint_command(args: list[str]) -> list[str]:
@@ -176,3 +194,21 @@ def write_corpus(directory: Path, seed: int = 0) -> None:
         with open(directory / name, "w", encoding="utf-8") as file:
             for _ in range(count):
                 file.write(json.dumps({"text": " ".join(rng.choice(words) for _ in range(rng.randint(5, 30)))}) + "\n")
+
+
+def build_context_files() -> dict[str, Path]:
+    """What `docker build trainer/` sends, after its .dockerignore: relative path -> file."""
+    trainer = REPO / "trainer"
+    patterns = [p.strip() for p in (trainer / ".dockerignore").read_text().splitlines() if p.strip() and not p.startswith("#")]
+    files = {}
+    for path in sorted(trainer.rglob("*")):
+        relative = path.relative_to(trainer).as_posix()
+        parts = relative.split("/")
+        ignored = any(
+            fnmatch.fnmatch(relative, p) or fnmatch.fnmatch(relative, p.removeprefix("**/"))
+            or any(fnmatch.fnmatch(part, p.removeprefix("**/")) for part in parts)
+            for p in patterns
+        )  # fmt: skip
+        if path.is_file() and not ignored:
+            files[relative] = path
+    return files
