@@ -7,9 +7,8 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -18,6 +17,7 @@ from infra_harness import DELETE, Evaluation, evaluate, stack_config_with, stack
 from pulumi_project import PROJECT, PulumiProject, Result
 from trainer import contract
 from trainer_testing import resumed_lines
+from waiting import wait_for
 from toolchain.cluster import LocalCluster
 
 
@@ -118,22 +118,6 @@ def pause_stack(cluster: LocalCluster, root: Path) -> EngineStack:
 def delete_namespace(cluster: LocalCluster, namespace: str, timeout: float = 240) -> None:
     cluster.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=true", f"--timeout={int(timeout)}s",
                     timeout=timeout + 30)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
-    """Polls until predicate() returns something truthy, which it returns; bounded."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            result = predicate()
-            if result:
-                return result
-            last = result
-        except Exception as error:  # noqa: BLE001 - shown if it never succeeds
-            last = error
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
 def get(cluster: LocalCluster, kind: str, name: str, namespace: str) -> dict[str, Any]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from typing import Any
 
 import pytest
 
 from infra_harness import evaluate, evaluated, pod_template_of, stack_config_with
+from waiting import wait_for
 from ddp_infra import gang
 from toolchain.apiserver import LocalApiServer, find_tool, tool_dir
 from toolchain.controller_addon import ControllerAddOn
@@ -42,11 +42,10 @@ def install_crds(api: LocalApiServer, addon: ControllerAddOn) -> None:
     kubectl(api, "apply", "--server-side", "-f", "-", documents=crds)
     # Polled, not `kubectl wait --for=condition`: that fails at once on a CRD the API server has
     # not yet given any condition (`.status.conditions accessor error`, seen in make test).
-    deadline = time.monotonic() + KUBECTL_TIMEOUT
+    established = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
     for crd in addon.crds:
-        while kubectl(api, "get", f"crd/{crd}", "-o", 'jsonpath={.status.conditions[?(@.type=="Established")].status}') != "True":
-            assert time.monotonic() < deadline, f"CRD {crd} not Established after {KUBECTL_TIMEOUT} s"
-            time.sleep(0.2)
+        wait_for(lambda: kubectl(api, "get", f"crd/{crd}", "-o", established) == "True", KUBECTL_TIMEOUT,
+                 f"CRD {crd} Established", interval=0.2)  # fmt: skip
 
 
 @pytest.fixture(params=contract.WORKLOAD_KINDS)

@@ -13,6 +13,7 @@ import signal
 import time
 
 import pytest
+from waiting import wait_for
 from trainer_testing import (
     SMOKE_ARGS, clean_env, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env, resumed_lines, same_result,
     worker_pids,
@@ -55,12 +56,10 @@ def assert_both_ranks_end_with(procs, expected: dict[str, str]) -> None:
 
 
 def wait_for_file(path, proc_list, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        for proc in proc_list:
-            assert proc.popen.poll() is None, f"{proc.log.name} ended early:\n{proc.text()[-4000:]}"
-        assert time.monotonic() < deadline, f"no {path.name} within {timeout} s"
-        time.sleep(0.02)
+    def ended() -> str | None:
+        return next((f"{proc.ended()}:\n{proc.text()[-4000:]}" for proc in proc_list if proc.ended()), None)
+
+    wait_for(path.exists, timeout, path.name, interval=0.02, gone=ended)
 
 
 @pytest.mark.timeout(240)

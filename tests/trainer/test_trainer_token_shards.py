@@ -11,13 +11,13 @@ import os
 import random
 import signal
 import sys
-import time
 
 import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from trainer_testing import PYTHON, clean_env, run_to_end
+from waiting import wait_for
 from transformers import PreTrainedTokenizerFast
 
 from trainer.tasks.lm.documents import DocumentSource, datasets_missing_message, read_paragraphs, read_texts
@@ -164,11 +164,8 @@ def test_a_prepare_killed_mid_write_leaves_nothing_that_looks_complete(spawn, tm
     texts = write_jsonl(data / "train.jsonl", 200_000)  # about 20 MB: long enough to be caught writing
     cache = tmp_path / "cache"
     proc = spawn(prepare_command(data, cache), clean_env(), "killed")
-    deadline = time.monotonic() + 60
-    while not any(p.stat().st_size > 0 for p in cache.glob("*.tmp-*")):
-        assert proc.popen.poll() is None, "prepare ended before it was caught writing"
-        assert time.monotonic() < deadline, "no temp file appeared"
-        time.sleep(0.005)
+    wait_for(lambda: any(p.stat().st_size > 0 for p in cache.glob("*.tmp-*")), 60, "a temp file being written",
+             interval=0.005, gone=proc.ended)  # fmt: skip
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
     assert not list(cache.glob("*.json")), "a killed prepare left a finished marker"

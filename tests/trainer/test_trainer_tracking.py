@@ -7,13 +7,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+from waiting import wait_for
 from trainer_testing import PYTHON, REPO, clean_env, done_lines, epoch_records, free_port, kill_tree, run_to_end, train_lines
 
 from trainer import console, tracking
@@ -133,18 +133,17 @@ def mlflow(tmp_path_factory):
 
 
 def wait_until_healthy(uri: str, server: subprocess.Popen, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            tail = log.read_text()[-4000:]
-            raise AssertionError(f"mlflow server not healthy (exit {server.poll()}) within {timeout} s:\n{tail}")
-        time.sleep(0.5)
+    def healthy() -> bool:
+        with urllib.request.urlopen(f"{uri}/health", timeout=5) as response:
+            return response.status == 200
+
+    def ended() -> str | None:
+        return None if server.poll() is None else f"mlflow server exited ({server.poll()})"
+
+    try:
+        wait_for(healthy, timeout, "mlflow server healthy", interval=0.5, gone=ended)
+    except AssertionError as failed:
+        raise AssertionError(f"{failed}:\n{log.read_text()[-4000:]}") from None
 
 
 def stored_run_id(run: Path) -> str:

@@ -10,12 +10,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from trainer import console
 from trainer import contract as c
 from trainer.outputs import METRICS
+from waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -101,13 +101,15 @@ class Proc:
 
     def wait_for(self, predicate, timeout: float, what: str) -> None:
         """Poll until predicate(log text) holds; fail with the log if the process ends or time runs out."""
-        deadline = time.monotonic() + timeout
-        while not predicate(self.text()):
-            if self.popen.poll() is not None and not predicate(self.text()):
-                raise AssertionError(f"{self.log.name} exited ({self.popen.returncode}) before {what}:\n{self.text()[-4000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no {what} within {timeout} s in {self.log.name}:\n{self.text()[-4000:]}")
-            time.sleep(0.05)
+        try:
+            wait_for(lambda: predicate(self.text()), timeout, what, interval=0.05, gone=self.ended)
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}; {self.log.name}:\n{self.text()[-4000:]}") from None
+
+    def ended(self) -> str | None:
+        """Why this process can no longer print anything (for waiting.wait_for's `gone`)."""
+        code = self.popen.poll()
+        return None if code is None else f"{self.log.name} exited ({code})"
 
 
 def done_lines(text: str) -> list[dict[str, str]]:
