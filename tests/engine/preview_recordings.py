@@ -1,6 +1,6 @@
 """The `pulumi preview --json` documents of tests/engine/previews/, each made by the real engine from
 one scenario here: a copy of the project, a stack brought up in render mode, one config change,
-its preview. test_preview_comment.py reads the recordings without an engine;
+its preview. test_engine_preview_comment_recorded.py reads the recordings without an engine;
 test_engine_previews.py makes each one again and fails when the recording no longer matches.
 
   .venv/bin/python tests/engine/preview_recordings.py [NAME ...]   records them (toolchain on PATH)

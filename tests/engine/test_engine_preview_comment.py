@@ -1,6 +1,6 @@
 """The pull-request comment of scripts/preview_diff.py, made from real previews of the dev stack
 (scaled to 64 nodes; given 0 nodes). The same comment on recorded previews, and its limits, are
-in test_preview_comment.py."""
+in test_engine_preview_comment_recorded.py."""
 
 from __future__ import annotations
 

@@ -145,7 +145,7 @@ def test_the_prod_pods_meet_the_pod_security_level_their_namespace_enforces(api,
 @pytest.mark.timeout(180)
 def test_the_api_server_admits_the_escape_hatch(api, kind):
     """Sidecars, init containers, extra volumes and a template patch: valid, and still restricted."""
-    from test_pod_escape_hatch import EVERYTHING
+    from test_infra_pod_escape_hatch import EVERYTHING
 
     evaluation = evaluate(stack_config_with("prod", pod=EVERYTHING, workload__kind=kind), stack="prod")
     assert evaluation.error is None, str(evaluation.error)

@@ -1,7 +1,7 @@
 """Gang admission (`scheduling.gang`): what Kueue and Volcano are handed, per workload kind.
 
 The schedulers' own behaviour is tested on the local cluster (tests/cluster/test_cluster_kueue.py,
-test_cluster_volcano.py), and the PodGroup against Volcano's CRD schema (test_real_apiserver.py).
+test_cluster_volcano.py), and the PodGroup against Volcano's CRD schema (test_infra_real_apiserver.py).
 """
 
 from __future__ import annotations
