@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Subset
 
 from trainer import console, flops, throughput
 from trainer.checkpoint import sharded
+from trainer.checkpoint.record import CheckpointRecord
 from trainer.checkpoint.store import CheckpointStore, UnreadableFormat
 from trainer.distributed import Dist, background_group, main_decides, sum_across
 from trainer.load import params_sum, write_card
@@ -167,8 +168,8 @@ class Trainer:
         where = (f"all {p.epoch} epochs done" if p.epoch >= self.cfg.epochs
                  else f"epoch {p.epoch + 1} step {p.step_in_epoch}/{self._steps_in_epoch()} "
                       f"sample {p.samples_in_epoch}/{len(self.task.train_set)}")  # fmt: skip
-        resized = record["world_size"] != self.d.world_size
-        world = f", world of {self.d.world_size} (was {record['world_size']})" if resized else ""
+        resized = record.world_size != self.d.world_size
+        world = f", world of {self.d.world_size} (was {record.world_size})" if resized else ""
         self.log(f"[CKPT] resumed from {Path(chosen['directory']).name}: {where}, global step {p.global_step}{world}")
 
     def _choose_checkpoint(self, older_than: int | None) -> dict[str, Any] | None:
@@ -179,16 +180,16 @@ class Trainer:
             return {"error": str(exc)}
         return found and {"step": found.step, "directory": str(found.directory), "record": found.record}
 
-    def _load_checkpoint(self, shards: Path, record: dict[str, Any]) -> None:
+    def _load_checkpoint(self, shards: Path, record: CheckpointRecord) -> None:
         model, optimizer = get_state_dict(self.model, self.optimizer)
         state = {"model": model, "optimizer": optimizer}
-        same_world = record["world_size"] == self.d.world_size
+        same_world = record.world_size == self.d.world_size
         if same_world:  # this rank's own streams; a resized world cannot replay the old ranks' streams
             state["rng"] = {f"rank-{self.d.rank}": _rng_state(self.d.device)}
         sharded.load(state, shards, self.checkpoint_group)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-        self._load_scaler_state(record["scaler"])
-        self.progress = Progress(**record["progress"])
+        self._load_scaler_state(record.scaler)
+        self.progress = Progress(**record.progress)
         if same_world:
             _set_rng_state(state["rng"][f"rank-{self.d.rank}"])
         else:
@@ -208,11 +209,11 @@ class Trainer:
         model, optimizer = get_state_dict(self.model, self.optimizer)
         state = {"model": model, "optimizer": optimizer, "rng": {f"rank-{self.d.rank}": _rng_state(self.d.device)}}
         p, cfg = self.progress, self.cfg
-        # what an exact resume needs, in any world size; read by rank 0 alone, so no shard holds it
-        record = {"reason": reason, "epoch": p.epoch, "step_in_epoch": p.step_in_epoch, "samples_in_epoch": p.samples_in_epoch,
-                  "samples_seen": p.samples_seen, "world_size": self.d.world_size, "batch": cfg.batch, "grad_accum": cfg.grad_accum,
-                  "schedule_samples": cfg.epochs * p.epoch_samples, "precision": _precision_name(self.amp_dtype),
-                  "progress": asdict(p), "scaler": self.scaler.state_dict()}  # fmt: skip
+        record = CheckpointRecord(
+            reason=reason, world_size=self.d.world_size, batch=cfg.batch, grad_accum=cfg.grad_accum,
+            schedule_samples=cfg.epochs * p.epoch_samples, precision=_precision_name(self.amp_dtype),
+            progress=asdict(p), scaler=self.scaler.state_dict(),
+        )
         self.checkpointer.save(p.global_step, state, record)
         self.last_saved_step = p.global_step
         self.last_checkpoint_at = time.monotonic()

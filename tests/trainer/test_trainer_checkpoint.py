@@ -6,10 +6,12 @@ import builtins
 import io
 import json
 import os
+from dataclasses import replace
 
 import pytest
 
-from trainer.checkpoint.store import FORMAT, CheckpointStore, UnreadableFormat
+from trainer.checkpoint.record import FORMAT, CheckpointRecord
+from trainer.checkpoint.store import CheckpointStore, UnreadableFormat
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -23,18 +25,24 @@ def write_shards(store: CheckpointStore, step: int) -> None:
     (shards / ".metadata").write_bytes(b"metadata")
 
 
+def record(reason: str = "periodic") -> CheckpointRecord:
+    progress = {"epoch": 1, "step_in_epoch": 2, "samples_in_epoch": 128, "samples_seen": 512}
+    return CheckpointRecord(reason, world_size=2, batch=32, grad_accum=1, schedule_samples=1024, precision="fp32",
+                            progress=progress, scaler={})  # fmt: skip
+
+
 @pytest.fixture
 def store(tmp_path) -> CheckpointStore:
     store = CheckpointStore(tmp_path / "checkpoints", keep=3)
     for step in (10, 20, 30):
         write_shards(store, step)
-        store.commit(step, {"reason": "periodic"})
+        store.commit(step, record())
     return store
 
 
 def test_keeps_the_newest_k(store):
     write_shards(store, 40)
-    store.commit(40, {"reason": "periodic"})
+    store.commit(40, record())
     assert sorted(p.name for p in store.directory.iterdir()) == [
         "ckpt-00000020", "ckpt-00000020.json", "ckpt-00000030", "ckpt-00000030.json", "ckpt-00000040", "ckpt-00000040.json",
     ]  # fmt: skip
@@ -42,8 +50,11 @@ def test_keeps_the_newest_k(store):
 
 def test_the_record_lists_every_file_with_its_size(store):
     found = store.newest_complete()
-    assert (found.step, found.name, found.record["format"], found.record["reason"]) == (30, "ckpt-00000030", FORMAT, "periodic")
-    assert found.record["files"] == {".metadata": 8, "__0_0.distcp": 260, "__1_0.distcp": 260}
+    assert (found.step, found.name, found.record.format, found.record.reason) == (30, "ckpt-00000030", FORMAT, "periodic")
+    assert found.record.files == {".metadata": 8, "__0_0.distcp": 260, "__1_0.distcp": 260}
+    assert found.record == replace(record(), step=30, files=found.record.files), "the record reads back as it was written"
+    written = json.loads((store.directory / "ckpt-00000030.json").read_text())
+    assert (written["epoch"], written["samples_in_epoch"], written["step"]) == (1, 128, 30), "where the run stood, for readers"
 
 
 def test_a_checkpoint_without_its_record_does_not_count_and_is_cleaned_up(store):
@@ -108,3 +119,17 @@ def test_empty_directory_has_nothing_to_resume(tmp_path):
 def test_keep_must_be_at_least_one(tmp_path):
     with pytest.raises(ValueError, match="--keep-checkpoints 0"):
         CheckpointStore(tmp_path, keep=0)
+
+
+def test_a_record_as_the_untyped_writer_wrote_it_still_counts(store):
+    """Checkpoints written before the record was typed resume: the same JSON, key for key."""
+    write_shards(store, 50)
+    files = {p.name: p.stat().st_size for p in sorted(store.shards_of(50).iterdir())}
+    progress = {"epoch": 2, "step_in_epoch": 0, "global_step": 50, "samples_in_epoch": 0, "samples_seen": 3200}
+    (store.directory / "ckpt-00000050.json").write_text(json.dumps({
+        "reason": "epoch end", "epoch": 2, "step_in_epoch": 0, "samples_in_epoch": 0, "samples_seen": 3200,
+        "world_size": 2, "batch": 32, "grad_accum": 1, "schedule_samples": 6400, "precision": "fp32",
+        "progress": progress, "scaler": {}, "format": 3, "step": 50, "files": files,
+    }))  # fmt: skip
+    found = store.newest_complete()
+    assert (found.step, found.record.reason, found.record.world_size, found.record.progress) == (50, "epoch end", 2, progress)

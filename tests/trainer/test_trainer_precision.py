@@ -42,7 +42,7 @@ IN_FP16 = "import sys, torch; from trainer import loop, train; loop._amp_dtype =
 
 
 def scaler_state_of(run) -> dict:
-    return CheckpointStore(run / "checkpoints", keep=1).newest_complete().record["scaler"]
+    return CheckpointStore(run / "checkpoints", keep=1).newest_complete().record.scaler
 
 
 @pytest.mark.timeout(240)

@@ -22,6 +22,7 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from trainer import console
+from trainer.checkpoint.record import CheckpointRecord
 from trainer.checkpoint.store import CheckpointStore
 
 
@@ -34,7 +35,7 @@ class AsyncCheckpointer:
                                                    use_async_staging=False, use_non_blocking_copy=pinned))  # fmt: skip
         self.in_flight: Future | None = None
 
-    def save(self, step: int, state: dict[str, Any], record: dict[str, Any]) -> float:
+    def save(self, step: int, state: dict[str, Any], record: CheckpointRecord) -> float:
         """Start writing checkpoint `step`; returns the seconds the caller was blocked."""
         started = time.perf_counter()
         self.wait()
@@ -49,7 +50,7 @@ class AsyncCheckpointer:
                 shards.result()
                 if self.is_main:
                     name = self.store.commit(step, record).name
-                    console.line(f"[CKPT] saved {name} ({record['reason']}): blocked the loop {blocked:.4f}s, "
+                    console.line(f"[CKPT] saved {name} ({record.reason}): blocked the loop {blocked:.4f}s, "
                                  f"written in {time.perf_counter() - started:.4f}s")  # fmt: skip
                 committed.set_result(step)
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits next

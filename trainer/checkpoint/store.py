@@ -2,7 +2,8 @@
 
 A checkpoint of global step N is two things in the run's checkpoint directory:
   ckpt-<N>/       what torch.distributed.checkpoint wrote: one shard file per rank and .metadata
-  ckpt-<N>.json   its commit record, written by rank 0 after every rank's shard is on disk
+  ckpt-<N>.json   its commit record (trainer/checkpoint/record.py), written by rank 0 after every
+                  rank's shard is on disk
 The record is written to a temp file, fsynced and renamed, so it is whole or absent; it lists
 every file of the directory with its size. A directory without its record (a writer killed mid-way)
 or with a file of another size is not a checkpoint: resume passes over it to the one before.
@@ -14,14 +15,12 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from trainer import console
 from trainer.checkpoint.durable import fsync_directory, write_text_atomically
-
-FORMAT = 3  # 3: sharded directories (torch.distributed.checkpoint); 2 was one torch.save file per step
+from trainer.checkpoint.record import FORMAT, CheckpointRecord
 
 _RECORD = re.compile(r"^ckpt-(?P<step>[0-9]{8,})\.json$")
 _SHARDS = re.compile(r"^ckpt-(?P<step>[0-9]{8,})$")
@@ -36,7 +35,7 @@ class UnreadableFormat(Exception):
 class Checkpoint:
     step: int
     directory: Path  # the shards
-    record: dict[str, Any]
+    record: CheckpointRecord
 
     @property
     def name(self) -> str:
@@ -53,13 +52,14 @@ class CheckpointStore:
     def shards_of(self, step: int) -> Path:
         return self.directory / f"ckpt-{step:08d}"
 
-    def commit(self, step: int, record: dict[str, Any]) -> Checkpoint:
+    def commit(self, step: int, record: CheckpointRecord) -> Checkpoint:
         """Make checkpoint `step` count: its shards are all written. Rank 0 calls it, then prunes."""
         shards = self.shards_of(step)
         files = {p.name: p.stat().st_size for p in sorted(shards.iterdir()) if p.is_file()}
-        committed = {**record, "format": FORMAT, "step": step, "files": files}
+        committed = replace(record, format=FORMAT, step=step, files=files)
         path = self._record_path(step)
-        write_text_atomically(path, json.dumps(committed, indent=1), path.with_name(f".{path.name}{_TEMP_MARK}{os.getpid()}"))
+        text = json.dumps(committed.to_json(), indent=1)
+        write_text_atomically(path, text, path.with_name(f".{path.name}{_TEMP_MARK}{os.getpid()}"))
         fsync_directory(self.directory)
         self._prune()
         return Checkpoint(step, shards, committed)
@@ -108,7 +108,7 @@ class CheckpointStore:
             if actual != size:
                 console.line(f"[CKPT] skipping {shards.name}: {name} has {actual} bytes, its record says {size}")
                 return None
-        return Checkpoint(step, shards, record)
+        return Checkpoint(step, shards, CheckpointRecord.from_json(record))
 
     def _recorded_steps(self) -> list[int]:
         """Steps with a commit record, newest first (names only: nothing is opened)."""
