@@ -25,7 +25,7 @@ bench:
 preview-diff:
 	@PATH="$(TOOLCHAIN_PATH)" $(PY) scripts/preview_diff.py --stack $(STACK)
 
-# A local single-node Kubernetes cluster (toolchain/cluster.py) for kubectl and `pulumi up`;
+# A local single-node Kubernetes cluster (toolchain/cluster/) for kubectl and `pulumi up`;
 # CLUSTER names it (default dev). cluster-up prints the KUBECONFIG to export.
 CLUSTER ?= dev
 cluster-up:

@@ -15,6 +15,9 @@ directory that is removed on exit, together with both processes.
 The binaries come from toolchain/build.sh (its --bin-dir), else from PATH.
 
     python toolchain/apiserver.py --selftest
+
+Its certificates and command lines are the local cluster's (toolchain/certificates.py,
+toolchain/control_plane.py).
 """
 import argparse
 import json
@@ -22,16 +25,17 @@ import os
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+if __package__ in (None, ""):  # run as a script (--selftest): the repository root, for `toolchain.`
+    sys.path.insert(0, str(HERE.parent))
+
+from toolchain import certificates, control_plane  # noqa: E402
 
 
 def free_port():
@@ -95,11 +99,11 @@ class LocalApiServer:
         began = time.monotonic()
         self.workdir = Path(tempfile.mkdtemp(prefix="ddp-infra-apiserver-"))
         try:
-            self._write_credentials()
             etcd_url = self._start_etcd()
             self._start_apiserver(etcd_url)
             self._wait_ready(began + self.startup_timeout)
-            self._write_kubeconfig()
+            self.kubeconfig = str(self.workdir / "kubeconfig")
+            certificates.write_kubeconfig(Path(self.kubeconfig), "local", self.server, Path(self.ca_file), self.token)
         except BaseException:
             self.stop()
             raise
@@ -131,19 +135,6 @@ class LocalApiServer:
             raise RuntimeError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
         return proc
 
-    def _openssl(self, *args):
-        subprocess.run(["openssl", *args], cwd=self.workdir, check=True, capture_output=True)
-
-    def _write_credentials(self):
-        self._openssl(
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-keyout", "serving.key", "-out", "serving.crt", "-subj", "/CN=127.0.0.1",
-            "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-        )
-        self._openssl("genrsa", "-out", "service-account.key", "2048")
-        (self.workdir / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
-        self.ca_file = str(self.workdir / "serving.crt")
-
     def _spawn(self, name, argv):
         with open(self.workdir / f"{name}.log", "wb") as log:
             proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -151,60 +142,35 @@ class LocalApiServer:
         self._procs.append(proc)
 
     def _start_etcd(self):
-        client, peer = free_port(), free_port()
-        self._spawn("etcd", [
-            self._etcd_bin,
-            "--name", "default",
-            "--data-dir", str(self.workdir / "etcd"),
-            "--listen-client-urls", f"http://127.0.0.1:{client}",
-            "--advertise-client-urls", f"http://127.0.0.1:{client}",
-            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-            "--initial-cluster", f"default=http://127.0.0.1:{peer}",
-            # a test store is thrown away: no need to wait for the disk
-            "--unsafe-no-fsync",
-            "--log-level", "warn",
-        ])
+        client = free_port()
+        self._spawn("etcd", control_plane.etcd_argv(self._etcd_bin, self.workdir / "etcd", client, free_port()))
         return f"http://127.0.0.1:{client}"
 
     def _start_apiserver(self, etcd_url):
         port = free_port()
         self.server = f"https://127.0.0.1:{port}"
-        key = str(self.workdir / "service-account.key")
-        self._spawn("kube-apiserver", [
-            self._apiserver_bin,
-            "--etcd-servers", etcd_url,
-            "--bind-address", "127.0.0.1",
-            "--advertise-address", "127.0.0.1",
-            "--secure-port", str(port),
-            "--cert-dir", str(self.workdir / "certs"),
-            "--tls-cert-file", self.ca_file,
-            "--tls-private-key-file", str(self.workdir / "serving.key"),
-            "--token-auth-file", str(self.workdir / "tokens.csv"),
-            "--authorization-mode", "AlwaysAllow",
-            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
-            "--service-account-key-file", key,
-            "--service-account-signing-key-file", key,
-            "--service-cluster-ip-range", "10.0.0.0/24",
-            "--disable-admission-plugins", "ServiceAccount",
-            "--allow-privileged",
-            "--profiling=false",
-        ])
+        pki = self.workdir
+        self.ca_file = str(certificates.make_ca(pki, "ddp-infra-test-ca", days=2))
+        key, cert = certificates.sign_serving(pki, "serving", "127.0.0.1", ["IP:127.0.0.1", "DNS:localhost"], days=2)
+        self._spawn("kube-apiserver", control_plane.apiserver_argv(
+            self._apiserver_bin, etcd_url=etcd_url, bind="127.0.0.1", advertise="127.0.0.1", port=port, cert=cert, key=key,
+            tokens=certificates.token_file(pki / "tokens.csv", {self.token: ("admin", "system:masters")}),
+            service_account_key=certificates.service_account_key(pki),
+            issuer="https://kubernetes.default.svc.cluster.local", service_cidr="10.0.0.0/24",
+            extra=["--cert-dir", str(pki / "certs"), "--authorization-mode", "AlwaysAllow",
+                   "--disable-admission-plugins", "ServiceAccount", "--allow-privileged"],
+        ))  # fmt: skip
 
     def _wait_ready(self, deadline):
-        context = ssl.create_default_context(cafile=self.ca_file)
-        request = urllib.request.Request(f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.token}"})
         last = "no answer yet"
         while time.monotonic() < deadline:
             for proc in self._procs:
                 if proc.poll() is not None:
                     raise RuntimeError(f"{proc.args[0]} exited ({proc.returncode}):\n{self._log_tail(proc)}")
             try:
-                with urllib.request.urlopen(request, context=context, timeout=5) as response:
-                    if response.status == 200:
-                        return
-            except urllib.error.HTTPError as e:
-                last = f"/readyz answered {e.code}: {e.read().decode(errors='replace')[-500:]}"
+                if control_plane.ready(self.server, Path(self.ca_file), self.token):
+                    return
+                last = "/readyz answered with an error status"
             except OSError as e:
                 last = str(e)
             time.sleep(0.25)
@@ -213,20 +179,6 @@ class LocalApiServer:
     @staticmethod
     def _log_tail(proc):
         return Path(proc.log_path).read_text(errors="replace")[-3000:]
-
-    def _write_kubeconfig(self):
-        # JSON is YAML: kubectl and the Kubernetes clients read it as a kubeconfig.
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "local", "cluster": {"server": self.server, "certificate-authority": self.ca_file}}],
-            "users": [{"name": "admin", "user": {"token": self.token}}],
-            "contexts": [{"name": "local", "context": {"cluster": "local", "user": "admin"}}],
-            "current-context": "local",
-        }
-        path = self.workdir / "kubeconfig"
-        path.write_text(json.dumps(config, indent=2))
-        self.kubeconfig = str(path)
 
 
 SELFTEST_MANIFEST = """\

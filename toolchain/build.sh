@@ -7,7 +7,7 @@
 #   - the Kubernetes resource provider, at the `pulumi-kubernetes==` pin (the Python SDK's version,
 #     so the plugin the SDK asks for is the one built), installed as a plugin;
 #   - kube-apiserver and etcd, a real API server for tests (toolchain/apiserver.py);
-#   - the test cluster's other components (toolchain/cluster.py): the kubelet, controller-manager,
+#   - the test cluster's other components (toolchain/cluster/): the kubelet, controller-manager,
 #     scheduler, kube-proxy, CoreDNS, and the JobSet and Kueue controllers with their modules'
 #     manifests;
 #   - Volcano's scheduler with its module's CRDs and its chart's RBAC, another add-on;

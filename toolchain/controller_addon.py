@@ -1,4 +1,4 @@
-"""A controller add-on of the local cluster (toolchain/cluster.py): JobSet's, Kueue's.
+"""A controller add-on of the local cluster (toolchain/cluster/): JobSet's, Kueue's.
 
 The manager runs as a process inside the cluster's namespaces, like CoreDNS, rather than as the
 Deployment of its own install: there is no registry to pull its image from, and as a process it

@@ -1,4 +1,4 @@
-"""Volcano's scheduler as an add-on of the local cluster (toolchain/cluster.py).
+"""Volcano's scheduler as an add-on of the local cluster (toolchain/cluster/).
 
 Only the scheduler runs (vc-scheduler, built by toolchain/build.sh from volcano.sh/volcano): it is
 what binds a PodGroup's pods all together or not at all. Volcano's controllers and admission

@@ -1,4 +1,4 @@
-"""The session's local Kubernetes cluster (toolchain/cluster.py): started once, stopped at the end,
+"""The session's local Kubernetes cluster (toolchain/cluster/): started once, stopped at the end,
 also when a test fails or the run is interrupted (Ctrl-C, or SIGTERM from CI's time limit)."""
 
 from __future__ import annotations

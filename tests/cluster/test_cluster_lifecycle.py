@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from toolchain.cluster import CACHE, LocalCluster, _alive, _cgroup_mounts
+from toolchain.cluster import CACHE, LocalCluster
+from toolchain.cluster.cgroups import cgroup_mounts
+from toolchain.cluster.processes import alive
 
 pytestmark = pytest.mark.timeout(600)
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +30,7 @@ def host_state() -> dict[str, list[str]]:
         "routes": run("ip", "route"),
         "iptables": [line for line in run("iptables-save") if not line.startswith("#")],
         "mounts": mounts,
-        "cgroups": sorted(str(p) for m in _cgroup_mounts() for p in m.glob("ddp-infra-*")),
+        "cgroups": sorted(str(p) for m in cgroup_mounts() for p in m.glob("ddp-infra-*")),
     }
 
 
@@ -61,14 +63,14 @@ def test_a_crashed_run_is_cleaned_up_and_stop_leaves_nothing():
                        cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
         pids_file = CACHE / "cluster" / name / "run" / "pids.json"
         crashed = {key: tuple(value) for key, value in json.loads(pids_file.read_text()).items()}
-        assert all(_alive(*p) for p in crashed.values())
+        assert all(alive(*p) for p in crashed.values())
 
         cluster.start()
-        assert not any(_alive(*p) for p in crashed.values()), "a process of the crashed run survived the new start"
+        assert not any(alive(*p) for p in crashed.values()), "a process of the crashed run survived the new start"
         assert cluster.kubectl("get", "node", cluster.node_name).returncode == 0
         running = {key: tuple(value) for key, value in json.loads(pids_file.read_text()).items()}
     finally:
         cluster.stop()
-    assert not any(_alive(*p) for p in running.values())
+    assert not any(alive(*p) for p in running.values())
     assert not (CACHE / "cluster" / name / "run").exists()
     assert host_state() == before

@@ -1,0 +1,55 @@
+"""The local cluster's command line: `python -m toolchain.cluster up | down | status`, and the
+relay each cluster runs (`relay`, started by the cluster itself)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .addons import ADDONS
+from .local_cluster import LocalCluster
+from .namespaces import relay
+from .processes import ClusterError
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="A local single-node Kubernetes cluster (see docs/local-cluster.md).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in ("up", "down", "status"):
+        p = sub.add_parser(command)
+        p.add_argument("--name", default=os.environ.get("DDP_INFRA_CLUSTER", "dev"), help="cluster name (default dev)")
+        if command == "up":
+            p.add_argument("--without-images", action="store_true", help="import no image (no pod can start)")
+            p.add_argument("--domain", default="cluster.local", help="the cluster domain (default cluster.local)")
+            p.add_argument("--addon", action="append", default=[], choices=sorted(ADDONS), help="start an add-on with the cluster (repeatable)")
+    relay_parser = sub.add_parser("relay", help=argparse.SUPPRESS)
+    relay_parser.add_argument("listen_port", type=int)
+    relay_parser.add_argument("netns_pid", type=int)
+    relay_parser.add_argument("target_port", type=int)
+    args = parser.parse_args()
+    if args.command == "relay":
+        relay(args.listen_port, args.netns_pid, args.target_port)
+        return 0
+    cluster = LocalCluster(args.name, with_images=not getattr(args, "without_images", False),
+                           domain=getattr(args, "domain", "cluster.local"), addons=getattr(args, "addon", ()))  # fmt: skip
+    if args.command == "up":
+        try:
+            cluster.start()
+        except (ClusterError, FileNotFoundError) as error:
+            print(f"[cluster] {args.name} did not start: {error}", file=sys.stderr)
+            return 1
+        print(f"[cluster] {args.name} ready in {cluster.startup_seconds:.1f} s")
+        for name, ref in cluster.images.items():
+            print(f"[cluster] image {name}: {ref}")
+        print(f"export KUBECONFIG={cluster.kubeconfig}   # context {cluster.context}")
+    elif args.command == "down":
+        cluster.stop()
+        print(f"[cluster] {args.name} stopped; nothing of it is left running")
+    else:
+        print(json.dumps(cluster.status(), indent=2))
+    return 0
+
+
+sys.exit(main())

@@ -1,0 +1,93 @@
+"""The node's container runtime: containerd inside the node's namespaces with the CNI bridge, and
+the images imported into its store (there is no registry to pull from). The store,
+`<cache>/cluster/<name>/containerd`, outlives the run, so an image is imported once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .namespaces import NodeNamespace
+from .network import POD_CIDR
+from .processes import ClusterError, Daemons
+
+
+class Containerd:
+    def __init__(self, run_dir: Path, root: Path):
+        self.run_dir, self.root = run_dir, root
+
+    @property
+    def socket(self) -> str:
+        return str(self.run_dir / "containerd.sock")
+
+    def start(self, daemons: Daemons, node: NodeNamespace, pause_ref: str, deadline: float) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        cni_conf = self.run_dir / "cni" / "net.d"
+        cni_conf.mkdir(parents=True)
+        (cni_conf / "10-ddp-infra.conflist").write_text(json.dumps({
+            "cniVersion": "1.0.0",
+            "name": "ddp-infra",
+            "plugins": [
+                {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+                {"type": "portmap", "capabilities": {"portMappings": True}},
+            ],
+        }, indent=2))  # fmt: skip
+        config = f"""version = 2
+root = "{self.root}/root"
+state = "/run/containerd"
+[grpc]
+  address = "{self.socket}"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{self.root}/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause_ref}"
+  # Processes here lack CAP_SYS_RESOURCE: without this, runc fails writing oom_score_adj.
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{cni_conf}"
+"""
+        (self.run_dir / "containerd.toml").write_text(config)
+        daemons.popen("containerd", node.entered("containerd", "--config", str(self.run_dir / "containerd.toml")))
+        daemons.wait(lambda: self.ctr("version").returncode == 0, deadline, "containerd")
+        # Containers of a crashed earlier run: their tasks died with their shims.
+        for container in self.ctr("containers", "ls", "-q").stdout.split():
+            self.ctr("tasks", "rm", "-f", container)
+            self.ctr("containers", "rm", container)
+
+    def ctr(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(["ctr", "--address", self.socket, "-n", "k8s.io", *args],
+                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+    def import_images(self, images: dict[str, tuple[str, Path]]) -> None:
+        present = set(self.ctr("images", "ls", "-q").stdout.split())
+        for ref, tar in images.values():
+            if ref in present:
+                continue
+            began = time.monotonic()
+            result = self.ctr("images", "import", str(tar), timeout=1800)
+            if result.returncode != 0:
+                raise ClusterError(f"ctr images import {tar} failed:\n{result.stderr}")
+            print(f"[cluster] imported {ref} in {time.monotonic() - began:.0f} s", file=sys.stderr)
+        # Keep only the images of the current build: old keys would fill the disk.
+        wanted = {ref for ref, _ in images.values()}
+        for ref in present - wanted:
+            if ref.startswith("localhost/ddp-infra/"):
+                self.ctr("images", "rm", ref)
+
+    def tag(self, source: str, target: str) -> None:
+        result = self.ctr("images", "tag", "--force", source, target)
+        if result.returncode != 0:
+            raise ClusterError(f"ctr images tag {source} {target} failed:\n{result.stderr}")

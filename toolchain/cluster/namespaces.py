@@ -1,0 +1,155 @@
+"""The node's isolation: a network and mount namespace of its own, held open by one `unshare`
+process that every daemon is entered into (`nsenter`), and the relay that is the only thing the
+cluster has listening in the machine's own network namespace.
+
+Inside, the node's address sits on one end of a veth pair whose other end is in the same
+namespace, with the default route pointing at it: no packet can leave for any address outside
+this machine, and nothing changes on the machine's own network (routes, bridges, iptables).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from .network import GATEWAY_IP, NODE_IP
+from .processes import ClusterError, Daemons, start_time
+
+CLONE_NEWNET = 0x40000000
+
+
+class NodeNamespace:
+    """The namespaces of one cluster's node, entered through the process that holds them."""
+
+    def __init__(self, holder: int, made_dirs: Path):
+        self.holder = holder
+        self.made_dirs = made_dirs  # the mount points made on the machine, removed at stop
+
+    @classmethod
+    def start(cls, daemons: Daemons, run_dir: Path, made_dirs: Path) -> "NodeNamespace":
+        # Mount events from the machine still reach the namespace (slave), none go back.
+        proc = daemons.popen("holder", ["unshare", "--net", "--mount", "--propagation", "slave", "--", "sleep", "infinity"])
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{proc.pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+            if time.monotonic() > deadline:
+                raise ClusterError("unshare did not enter a new network namespace")
+            time.sleep(0.05)
+        node = cls(proc.pid, made_dirs)
+        kubelet_dir, cni_dir, log_dir = (run_dir / d for d in ("kubelet", "cni-state", "var-log"))
+        for d in (kubelet_dir, cni_dir, log_dir):
+            d.mkdir()
+        node.script(f"""
+            set -eu
+            ip link set lo up
+            ip link add veth-node type veth peer name veth-gw
+            ip addr add {NODE_IP}/24 dev veth-node
+            ip link set veth-node up
+            ip link set veth-gw up
+            ip route add default via {GATEWAY_IP} dev veth-node onlink
+            sysctl -qw net.ipv4.ip_forward=1
+            sysctl -qw net.bridge.bridge-nf-call-iptables=1 || true
+            # /run inside the namespace is its own: network namespaces, containerd's shim
+            # sockets and iptables' lock never touch the machine's /run.
+            mount -t tmpfs -o mode=0755 tmpfs /run
+            mkdir -p /run/netns /run/containerd
+            # The kubelet writes /var/lib/kubelet whatever its --root-dir says, libcni writes
+            # /var/lib/cni, the kubelet and the runtime write /var/log/pods: all into run/.
+            mount --bind {log_dir} /var/log
+        """)
+        # /var/lib/kubelet and /var/lib/cni must exist as mount points (a tmpfs over /var/lib would
+        # hide the machine's package state from the daemons).
+        for target, source in (("/var/lib/kubelet", kubelet_dir), ("/var/lib/cni", cni_dir)):
+            node.bind_mount(source, target)
+        return node
+
+    def entered(self, *argv: str) -> list[str]:
+        """argv run inside the namespaces; nsenter execs it, so its pid is argv's."""
+        return ["nsenter", "-t", str(self.holder), "-m", "-n", "--", *argv]
+
+    def run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(self.entered(*argv), capture_output=True, text=True, timeout=timeout)
+
+    def script(self, script: str) -> None:
+        proc = self.run("sh", "-c", script)
+        if proc.returncode != 0:
+            raise ClusterError(f"setting up the cluster's namespace failed:\n{script}\n{proc.stderr}")
+
+    def bind_mount(self, source: Path, target: str) -> None:
+        """`source` at `target` inside the namespace. The directories made on the machine for the
+        mount point are recorded, and removed again at stop, deepest first."""
+        made = json.loads(self.made_dirs.read_text()) if self.made_dirs.exists() else []
+        missing = [path for path in (Path(target), *Path(target).parents) if not path.exists()]
+        for directory in reversed(missing):
+            directory.mkdir()
+            made.append(str(directory))
+            self.made_dirs.write_text(json.dumps(made))
+        self.script(f"mount --bind {source} {target}")
+
+
+def remove_made_dirs(made_dirs: Path) -> None:
+    if made_dirs.exists():
+        for directory in reversed(json.loads(made_dirs.read_text())):
+            try:
+                Path(directory).rmdir()
+            except FileNotFoundError:
+                pass
+        made_dirs.unlink()
+
+
+def processes_in(netns: str, exclude: tuple[int, str] | None) -> list[tuple[int, str]]:
+    """Every process in the network namespace `netns` (containerd's shims among them) but `exclude`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            if os.readlink(f"/proc/{pid}/ns/net") != netns:
+                continue
+        except OSError:
+            continue
+        st = start_time(pid)
+        if st and (exclude is None or pid != exclude[0]):
+            found.append((pid, st))
+    return found
+
+
+def relay(listen_port: int, netns_pid: int, target_port: int) -> None:
+    """Accepts on 127.0.0.1:listen_port in this namespace, connects to 127.0.0.1:target_port in
+    the namespace of netns_pid. The listening socket is made first; the process then moves into
+    the cluster's namespace, where every connection it opens lives."""
+    listener = socket.create_server(("127.0.0.1", listen_port), reuse_port=False)
+    libc = ctypes.CDLL(None, use_errno=True)
+    with open(f"/proc/{netns_pid}/ns/net") as ns:
+        if libc.setns(ns.fileno(), CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+
+    def pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    while True:
+        client, _ = listener.accept()
+        try:
+            upstream = socket.create_connection(("127.0.0.1", target_port), timeout=10)
+            upstream.settimeout(None)
+        except OSError:
+            client.close()
+            continue
+        threading.Thread(target=pump, args=(client, upstream), daemon=True).start()
+        threading.Thread(target=pump, args=(upstream, client), daemon=True).start()

@@ -1,0 +1,48 @@
+"""The command lines of etcd and kube-apiserver, and the API server's readiness, as the test API
+server (toolchain/apiserver.py) and the local cluster (toolchain/cluster/) both start them."""
+
+from __future__ import annotations
+
+import ssl
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def etcd_argv(binary: str, data_dir: Path, client_port: int, peer_port: int) -> list[str]:
+    client, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+    return [
+        binary, "--name", "default", "--data-dir", str(data_dir),
+        "--listen-client-urls", client, "--advertise-client-urls", client,
+        "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", f"default={peer}",
+        # a local store is thrown away at stop: no need to wait for the disk
+        "--unsafe-no-fsync", "--log-level", "warn",
+    ]  # fmt: skip
+
+
+def apiserver_argv(binary: str, *, etcd_url: str, bind: str, advertise: str, port: int, cert: Path, key: Path,
+                   tokens: Path, service_account_key: Path, issuer: str, service_cidr: str, extra: list[str]) -> list[str]:
+    """kube-apiserver serving `cert` on bind:port, with bearer tokens; `extra` says how it authorizes and admits."""
+    return [
+        binary, "--etcd-servers", etcd_url,
+        "--bind-address", bind, "--advertise-address", advertise, "--secure-port", str(port),
+        "--tls-cert-file", str(cert), "--tls-private-key-file", str(key),
+        "--token-auth-file", str(tokens),
+        "--service-account-issuer", issuer,
+        "--service-account-key-file", str(service_account_key),
+        "--service-account-signing-key-file", str(service_account_key),
+        "--service-cluster-ip-range", service_cidr,
+        "--profiling=false",
+        *extra,
+    ]  # fmt: skip
+
+
+def ready(server: str, ca_file: Path, token: str) -> bool:
+    """The API server's /readyz answers 200; an error status is not yet (a refused connection raises)."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    request = urllib.request.Request(f"{server}/readyz", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=5) as response:
+            return response.status == 200
+    except urllib.error.HTTPError:
+        return False
