@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# One script, past 400 lines, on purpose: every tool's build reads the same pins, cache and proxy
+# checks, and `make setup` runs it as one step.
+#
 # Builds the tools the project runs from Go modules (the Go module proxy is the only source of
 # them this project's machines reach), into a versioned cache outside the repository:
 #   - the Pulumi CLI and its Python language host, at the `pulumi==` pin of requirements.txt; where

@@ -6,6 +6,9 @@ only times the host waits for the device; validation sums losses. Checkpoints ar
 rank in the background, with collectives on a group of their own (trainer/checkpoint/sharded.py). Decisions
 (checkpoint now, stop now) follow from values every rank has, so no rank waits alone. A SIGTERM, and
 a checkpoint by time, are answered at the next of those syncs: within --log-every steps.
+
+One file, past 400 lines, on purpose: an epoch, its steps, a save and a resume read top to bottom
+in the order every rank runs them, and their collectives must stay in that order.
 """
 
 from __future__ import annotations

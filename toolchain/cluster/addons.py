@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toolchain import certificates, volcano
 from toolchain.controller_addon import AddOn, ControllerAddOn
@@ -14,22 +14,21 @@ from toolchain.kueue import KUEUE
 from toolchain.volcano import VOLCANO
 
 from .control_plane import LOCAL_PROVISIONER
+from .running import RunningCluster
 
-if TYPE_CHECKING:
-    from .local_cluster import LocalCluster
 
 # In this order (Kueue manages JobSets when JobSet's CRD is there when it starts).
 ADDONS: dict[str, AddOn] = {addon.name: addon for addon in (JOBSET, KUEUE, VOLCANO)}
 
 
-def start_addon(cluster: "LocalCluster", addon: AddOn, binary: str, deadline: float) -> None:
+def start_addon(cluster: RunningCluster, addon: AddOn, binary: str, deadline: float) -> None:
     if isinstance(addon, ControllerAddOn):
         _start_controller(cluster, addon, binary, deadline)
     else:
         _start_volcano(cluster, binary, deadline)
 
 
-def _start_controller(cluster: "LocalCluster", addon: ControllerAddOn, binary: str, deadline: float) -> None:
+def _start_controller(cluster: RunningCluster, addon: ControllerAddOn, binary: str, deadline: float) -> None:
     """A controller as a process beside CoreDNS; see toolchain/controller_addon.py for why."""
     install = addon.install_manifests(binary)
     pki, home = cluster.run_dir / "pki", cluster.run_dir / addon.name
@@ -53,7 +52,7 @@ def _start_controller(cluster: "LocalCluster", addon: ControllerAddOn, binary: s
     cluster.daemons.wait(lambda: _webhooks_answer(cluster, addon), deadline, f"{addon.name}'s webhooks answering the API server")
 
 
-def _start_volcano(cluster: "LocalCluster", binary: str, deadline: float) -> None:
+def _start_volcano(cluster: RunningCluster, binary: str, deadline: float) -> None:
     """Volcano's scheduler as a process beside CoreDNS; see toolchain/volcano.py for why."""
     crds_dir = Path(binary).resolve().parent / volcano.CRDS_DIR
     _apply_server_side(cluster, volcano.api_objects(crds_dir))
@@ -66,17 +65,17 @@ def _start_volcano(cluster: "LocalCluster", binary: str, deadline: float) -> Non
                          "the Volcano scheduler's /healthz")  # fmt: skip
 
 
-def _apply_server_side(cluster: "LocalCluster", objects: list[dict[str, Any]]) -> None:
+def _apply_server_side(cluster: RunningCluster, objects: list[dict[str, Any]]) -> None:
     cluster.kubectl("apply", "--server-side", "--field-manager=ddp-infra-cluster", "-f", "-",
                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))  # fmt: skip
 
 
-def _crd_established(cluster: "LocalCluster", name: str) -> bool:
+def _crd_established(cluster: RunningCluster, name: str) -> bool:
     out = cluster.kubectl("get", "crd", name, "-o", "json", check=False)
     conditions = json.loads(out.stdout).get("status", {}).get("conditions", []) if out.returncode == 0 else []
     return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
-def _webhooks_answer(cluster: "LocalCluster", addon: ControllerAddOn) -> bool:
+def _webhooks_answer(cluster: RunningCluster, addon: ControllerAddOn) -> bool:
     out = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(addon.probe), check=False)
     return out.returncode == 0 and addon.probe_answered(json.loads(out.stdout))

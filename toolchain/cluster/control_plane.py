@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from toolchain import control_plane
 
 from .network import API_PORT, NODE_IP, SERVICE_CIDR
+from .running import RunningCluster
 
-if TYPE_CHECKING:
-    from .local_cluster import LocalCluster
 
 LOCAL_STORAGE_CLASS = "local"
 LOCAL_PROVISIONER = "kubernetes.io/no-provisioner"  # static volumes: no provisioner makes them
@@ -21,7 +20,7 @@ LOCAL_PROVISIONER = "kubernetes.io/no-provisioner"  # static volumes: no provisi
 PERSISTENT_VOLUMES = 32
 
 
-def start_etcd_and_apiserver(cluster: "LocalCluster", binaries: dict[str, str]) -> None:
+def start_etcd_and_apiserver(cluster: RunningCluster, binaries: dict[str, str]) -> None:
     pki = cluster.run_dir / "pki"
     spawn = cluster.spawn
     spawn("etcd", control_plane.etcd_argv(binaries["etcd"], cluster.run_dir / "etcd", 2379, 2380))
@@ -40,7 +39,7 @@ def start_etcd_and_apiserver(cluster: "LocalCluster", binaries: dict[str, str]) 
     ))  # fmt: skip
 
 
-def bootstrap_objects(cluster: "LocalCluster") -> None:
+def bootstrap_objects(cluster: RunningCluster) -> None:
     """What a cluster installer adds: CoreDNS's read access, and local storage for claims."""
     volumes = cluster.run_dir / "volumes"
     objects: list[dict[str, Any]] = [
@@ -79,7 +78,7 @@ def _identity_flags(pki: Path, component: str) -> list[str]:
             "--authorization-kubeconfig", kubeconfig, "--bind-address", "127.0.0.1", "--leader-elect=false"]  # fmt: skip
 
 
-def start_controllers(cluster: "LocalCluster", binaries: dict[str, str]) -> None:
+def start_controllers(cluster: RunningCluster, binaries: dict[str, str]) -> None:
     pki = cluster.run_dir / "pki"
     cluster.spawn("kube-controller-manager", [
         binaries["kube-controller-manager"],

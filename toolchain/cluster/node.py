@@ -4,15 +4,12 @@ CoreDNS, which answers for the cluster's domain only."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from .network import NODE_IP, POD_CIDR
-
-if TYPE_CHECKING:
-    from .local_cluster import LocalCluster
+from .running import RunningCluster
 
 
-def start_node(cluster: "LocalCluster", binaries: dict[str, str]) -> None:
+def start_node(cluster: RunningCluster, binaries: dict[str, str]) -> None:
     run_dir, pki = cluster.run_dir, cluster.run_dir / "pki"
     resolv = run_dir / "resolv.conf"
     # Pods resolve through the cluster DNS only: no name outside the cluster is forwarded anywhere.
@@ -81,7 +78,7 @@ def start_node(cluster: "LocalCluster", binaries: dict[str, str]) -> None:
     cluster.spawn("coredns", [binaries["coredns"], "-conf", str(corefile)])
 
 
-def node_ready(cluster: "LocalCluster") -> bool:
+def node_ready(cluster: RunningCluster) -> bool:
     out = cluster.kubectl("get", "node", cluster.node_name, "-o", "json", check=False)
     if out.returncode != 0:
         return False
@@ -89,5 +86,5 @@ def node_ready(cluster: "LocalCluster") -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def dns_ready(cluster: "LocalCluster") -> bool:
+def dns_ready(cluster: RunningCluster) -> bool:
     return cluster.probe_ok(f"http://{NODE_IP}:8181/ready")
