@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# One script, past 400 lines, on purpose: the three images' keys are computed together from the
+# build functions' own text, which must then live beside each other in this file.
+#
 # Builds the container images of the local test cluster without a registry or a Docker engine
 # (buildah, debootstrap, gcc), into a cache outside the repository, each as an uncompressed
 # docker-archive tar that `ctr -n k8s.io images import <tar>` (containerd 1.6) accepts:
