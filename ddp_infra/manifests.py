@@ -93,8 +93,9 @@ def network_policy_manifest(world: World) -> dict[str, Any]:
     }
 
 
-def disruption_budget_manifest(world: World, max_unavailable: int) -> dict[str, Any]:
-    """How many healthy pods a voluntary disruption (a node drain) may evict at once.
+def disruption_budget_manifest(world: World) -> dict[str, Any]:
+    """How many healthy pods a voluntary disruption (a node drain) may evict at once
+    (`workload.maxUnavailable`).
 
     Each eviction stops the whole world at a SIGTERM checkpoint, and it re-forms when the pod is
     back: one at a time lets a drain proceed without gaining anything from more; 0 makes a drain
@@ -110,7 +111,7 @@ def disruption_budget_manifest(world: World, max_unavailable: int) -> dict[str, 
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(world, world.disruption_budget_name, "disruption-budget"),
         "spec": {
-            "minAvailable": max(0, world.nnodes - max_unavailable),
+            "minAvailable": max(0, world.nnodes - world.config.workload.max_unavailable),
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
             "selector": {"matchLabels": world.selector},
         },

@@ -18,7 +18,6 @@ from .kubernetes_object import KubernetesObject
 @dataclass(frozen=True)
 class GuardrailsArgs:
     world: World
-    max_unavailable: int  # healthy pods a node drain may evict at once
 
 
 class Guardrails(Component):
@@ -26,6 +25,5 @@ class Guardrails(Component):
         super().__init__("Guardrails", name, opts)
         self.service_account = KubernetesObject(f"{name}-sa", service_account_manifest(args.world), opts=self.child())
         self.network_policy = KubernetesObject(f"{name}-netpol", network_policy_manifest(args.world), opts=self.child())
-        budget = disruption_budget_manifest(args.world, args.max_unavailable)
-        self.disruption_budget = KubernetesObject(f"{name}-pdb", budget, opts=self.child())
+        self.disruption_budget = KubernetesObject(f"{name}-pdb", disruption_budget_manifest(args.world), opts=self.child())
         self.register_outputs({"serviceAccountName": self.service_account.metadata["name"]})

@@ -78,7 +78,7 @@ class DdpTrainingStack(Component):
             else None
         )
         self.rendezvous = Rendezvous("rendezvous", RendezvousArgs(world=world), opts=inside())
-        self.guardrails = Guardrails("guardrails", GuardrailsArgs(world=world, max_unavailable=config.workload.max_unavailable), opts=inside())
+        self.guardrails = Guardrails("guardrails", GuardrailsArgs(world=world), opts=inside())
         secrets = [secret for secret in (self.hf_token, self.secret_env) if secret]
         pods_need = [self.storage, self.rendezvous, self.guardrails, *secrets]
         self.trainer = Trainer(world.workload_name, TrainerArgs(world=world, pod_template=template), opts=inside(*pods_need))
