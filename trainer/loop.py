@@ -6,9 +6,6 @@ only times the host waits for the device; validation sums losses. Checkpoints ar
 rank in the background, with collectives on a group of their own (trainer/checkpoint/sharded.py). Decisions
 (checkpoint now, stop now) follow from values every rank has, so no rank waits alone. A SIGTERM, and
 a checkpoint by time, are answered at the next of those syncs: within --log-every steps.
-
-One file, past 400 lines, on purpose: an epoch, its steps, a save and a resume read top to bottom
-in the order every rank runs them, and their collectives must stay in that order.
 """
 
 from __future__ import annotations
@@ -23,15 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.utils.data import DataLoader, Subset
 
 from trainer import console, flops, throughput
-from trainer.checkpoint import sharded
 from trainer.checkpoint.record import CheckpointRecord
-from trainer.checkpoint.store import CheckpointStore, UnreadableFormat
-from trainer.distributed import Dist, background_group, main_decides, sum_across
+from trainer.checkpoint.run_checkpoints import RunCheckpoints
+from trainer.distributed import Dist, sum_across
 from trainer.load import params_sum, write_card
 from trainer.optimizer import make_adamw
 from trainer.outputs import RunDir, write_json
@@ -116,15 +111,9 @@ class Trainer:
             )
         self.amp_dtype = _amp_dtype(d.device) if cfg.amp else None
         self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
-        self.store = CheckpointStore(run.checkpoints, cfg.keep_checkpoints)
-        self.checkpoint_group = background_group(d)
-        self.checkpointer = sharded.AsyncCheckpointer(
-            self.store, self.checkpoint_group, d.is_main, pinned=d.device.type == "cuda", timeout_s=d.timeout.total_seconds()
-        )
-        self.last_checkpoint_at = time.monotonic()
+        self.checkpoints = RunCheckpoints(run.checkpoints, cfg.keep_checkpoints, d, cfg.checkpoint_every_seconds)
         world_step = self.sampler.world_step
         self.progress = Progress(warmup_samples=cfg.warmup_steps * world_step, epoch_samples=steps_per_epoch * world_step)
-        self.last_saved_step = -1
         # The model was initialized from the run's seed, the same on every rank; from here on each rank
         # draws its own dropout masks (a resume replaces this stream with the checkpoint's).
         _seed_all(rank_seed(cfg.seed, d.rank, step=0))
@@ -145,26 +134,13 @@ class Trainer:
     # --- resume and checkpoints ------------------------------------------------------------
     def resume(self) -> None:
         """Load the newest complete checkpoint, the same one on every rank (rank 0 chooses)."""
-        if self.d.is_main:
-            self.store.remove_incomplete()  # no save runs yet: a directory without its record is a dead writer's
-        failed_step = None
-        while True:
-            chosen = main_decides(self.d, self._choose_checkpoint(failed_step) if self.d.is_main else None)
-            if chosen is None:
-                self.log(f"[CKPT] no checkpoint in {self.store.directory}: starting from scratch")
-                if self.d.is_main:
-                    self.run.forget_metrics_from(1)
-                return
-            if "error" in chosen:
-                raise UnreadableFormat(chosen["error"])
-            try:
-                self._load_checkpoint(Path(chosen["directory"]), chosen["record"])
-                break
-            except CheckpointException as exc:  # raised on every rank alike: all go on to the one before
-                self.log(f"[CKPT] skipping {Path(chosen['directory']).name}: unloadable ({str(exc)[:300]})")
-                failed_step = chosen["step"]
-        record = chosen["record"]
-        self.last_saved_step = self.progress.global_step
+        resumed = self.checkpoints.resume(self._load_checkpoint)
+        if resumed is None:
+            self.log(f"[CKPT] no checkpoint in {self.checkpoints.store.directory}: starting from scratch")
+            if self.d.is_main:
+                self.run.forget_metrics_from(1)
+            return
+        name, record = resumed
         if self.d.is_main:
             self.run.forget_metrics_from(self.progress.epoch + 1)
         p = self.progress
@@ -173,15 +149,7 @@ class Trainer:
                       f"sample {p.samples_in_epoch}/{len(self.task.train_set)}")  # fmt: skip
         resized = record.world_size != self.d.world_size
         world = f", world of {self.d.world_size} (was {record.world_size})" if resized else ""
-        self.log(f"[CKPT] resumed from {Path(chosen['directory']).name}: {where}, global step {p.global_step}{world}")
-
-    def _choose_checkpoint(self, older_than: int | None) -> dict[str, Any] | None:
-        """Rank 0's choice, or the reason there is none to choose, as every rank will act on it."""
-        try:
-            found = self.store.newest_complete(older_than)
-        except UnreadableFormat as exc:
-            return {"error": str(exc)}
-        return found and {"step": found.step, "directory": str(found.directory), "record": found.record}
+        self.log(f"[CKPT] resumed from {name}: {where}, global step {p.global_step}{world}")
 
     def _load_checkpoint(self, shards: Path, record: CheckpointRecord) -> None:
         model, optimizer = get_state_dict(self.model, self.optimizer)
@@ -189,7 +157,7 @@ class Trainer:
         same_world = record.world_size == self.d.world_size
         if same_world:  # this rank's own streams; a resized world cannot replay the old ranks' streams
             state["rng"] = {f"rank-{self.d.rank}": _rng_state(self.d.device)}
-        sharded.load(state, shards, self.checkpoint_group)
+        self.checkpoints.load_shards(state, shards)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         self._load_scaler_state(record.scaler)
         self.progress = Progress(**record.progress)
@@ -207,8 +175,8 @@ class Trainer:
 
     def save_checkpoint(self, reason: str) -> None:
         """Called by every rank at the same step: each stages its state and writes its share in the background."""
-        if self.progress.global_step == self.last_saved_step:
-            return
+        if self.progress.global_step == self.checkpoints.saved_step:
+            return  # this step's checkpoint is written already, or being written
         model, optimizer = get_state_dict(self.model, self.optimizer)
         state = {"model": model, "optimizer": optimizer, "rng": {f"rank-{self.d.rank}": _rng_state(self.d.device)}}
         p, cfg = self.progress, self.cfg
@@ -217,14 +185,7 @@ class Trainer:
             schedule_samples=cfg.epochs * p.epoch_samples, precision=_precision_name(self.amp_dtype),
             progress=asdict(p), scaler=self.scaler.state_dict(),
         )
-        self.checkpointer.save(p.global_step, state, record)
-        self.last_saved_step = p.global_step
-        self.last_checkpoint_at = time.monotonic()
-
-    def _checkpoint_time_is_up(self) -> bool:
-        """Rank 0's clock alone decides, so the ranks' clocks need not agree."""
-        every = self.cfg.checkpoint_every_seconds
-        return self.d.is_main and every > 0 and time.monotonic() - self.last_checkpoint_at >= every
+        self.checkpoints.save(p.global_step, state, record)
 
     # --- training ---------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -241,7 +202,7 @@ class Trainer:
             val_loss = self.validate()
             last = {"epochs": self.progress.epoch, "train_loss": self.progress.last_train_loss, "val_loss": val_loss,
                     "val_ppl": _perplexity(val_loss), "best": f"epoch-{self.progress.best_epoch}"}  # fmt: skip
-        self.checkpointer.close()  # the last checkpoint is written and committed before the run reports done
+        self.checkpoints.close()  # the last checkpoint is written and committed before the run reports done
         summary = {**last, "run": self.run_name, "steps": self.progress.global_step, "params_sum": params_sum(self.model),
                    "seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
         # every rank reports: equal lines across ranks show the replicas ended identical
@@ -268,7 +229,7 @@ class Trainer:
             if not (p.step_in_epoch % cfg.log_every == 0 or last or checkpoint_now):
                 continue  # the figures stay on the device: no host sync, no collective
             loss_sum, units, stop, time_is_up = sum_across(
-                self.d, [window.loss_sum, window.units, float(self.stop.requested), float(self._checkpoint_time_is_up())]
+                self.d, [window.loss_sum, window.units, float(self.stop.requested), float(self.checkpoints.time_is_up())]
             )
             seconds = time.perf_counter() - window.started  # after the sync: the device's time, not the host's
             p.epoch_loss_sum += loss_sum
@@ -281,7 +242,7 @@ class Trainer:
                      f"step_ms={seconds / window.steps * 1e3:.1f} mfu={'n/a' if mfu is None else f'{mfu:.1%}'}")  # fmt: skip
             if stop:
                 self.save_checkpoint("sigterm")
-                self.checkpointer.close()  # exit only with the checkpoint on disk
+                self.checkpoints.close()  # exit only with the checkpoint on disk
                 raise Stopped(f"stopped by SIGTERM at epoch {p.epoch + 1} step {p.step_in_epoch}, global step {p.global_step}")
             if checkpoint_now:
                 self.save_checkpoint("periodic")  # the epoch's last step is saved by the epoch end
