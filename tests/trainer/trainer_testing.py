@@ -7,11 +7,11 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from toolchain.apiserver import free_port
 from trainer import console
 from trainer import contract as c
 from trainer.outputs import METRICS
@@ -20,12 +20,6 @@ from waiting import wait_for
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 SMOKE_ARGS = list(c.DEFAULT_TRAIN_ARGS)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
