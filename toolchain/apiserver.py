@@ -38,11 +38,33 @@ if __package__ in (None, ""):  # run as a script (--selftest): the repository ro
 from toolchain import certificates, control_plane  # noqa: E402
 
 
+def free_ports(count):
+    """`count` distinct TCP ports on 127.0.0.1 that nothing listens on now: each is held until all
+    are chosen, so none is handed out twice. Another process may still take one before its user
+    binds it (see LocalApiServer.start)."""
+    held = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+class PortTaken(RuntimeError):
+    """A daemon could not bind the port chosen for it: another process took it meanwhile."""
+
+
+# How many times start() chooses its ports again when one was taken before etcd or the API server bound it.
+START_ATTEMPTS = 3
 
 
 def tool_dir():
@@ -99,9 +121,18 @@ class LocalApiServer:
         began = time.monotonic()
         self.workdir = Path(tempfile.mkdtemp(prefix="ddp-infra-apiserver-"))
         try:
-            etcd_url = self._start_etcd()
-            self._start_apiserver(etcd_url)
-            self._wait_ready(began + self.startup_timeout)
+            for attempt in range(1, START_ATTEMPTS + 1):
+                client, peer, port = free_ports(3)
+                try:
+                    self._start_etcd(client, peer)
+                    self._start_apiserver(f"http://127.0.0.1:{client}", port)
+                    self._wait_ready(began + self.startup_timeout)
+                    break
+                except PortTaken:
+                    if attempt == START_ATTEMPTS:
+                        raise
+                    self._end_processes()
+                    shutil.rmtree(self.workdir / "etcd", ignore_errors=True)
             self.kubeconfig = str(self.workdir / "kubeconfig")
             certificates.write_kubeconfig(Path(self.kubeconfig), "local", self.server, Path(self.ca_file), self.token)
         except BaseException:
@@ -111,6 +142,12 @@ class LocalApiServer:
         return self
 
     def stop(self):
+        self._end_processes()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def _end_processes(self):
         # kube-apiserver first: without etcd its graceful shutdown stalls until killed.
         for proc in reversed(self._procs):
             if proc.poll() is None:
@@ -121,9 +158,6 @@ class LocalApiServer:
                 proc.kill()
                 proc.wait()
         self._procs = []
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
 
     def kubectl(self, *args, input=None, check=True):
         """Runs kubectl against this server; returns the CompletedProcess (text output)."""
@@ -141,13 +175,10 @@ class LocalApiServer:
         proc.log_path = log.name
         self._procs.append(proc)
 
-    def _start_etcd(self):
-        client = free_port()
-        self._spawn("etcd", control_plane.etcd_argv(self._etcd_bin, self.workdir / "etcd", client, free_port()))
-        return f"http://127.0.0.1:{client}"
+    def _start_etcd(self, client, peer):
+        self._spawn("etcd", control_plane.etcd_argv(self._etcd_bin, self.workdir / "etcd", client, peer))
 
-    def _start_apiserver(self, etcd_url):
-        port = free_port()
+    def _start_apiserver(self, etcd_url, port):
         self.server = f"https://127.0.0.1:{port}"
         pki = self.workdir
         self.ca_file = str(certificates.make_ca(pki, "ddp-infra-test-ca", days=2))
@@ -166,7 +197,9 @@ class LocalApiServer:
         while time.monotonic() < deadline:
             for proc in self._procs:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{proc.args[0]} exited ({proc.returncode}):\n{self._log_tail(proc)}")
+                    tail = self._log_tail(proc)
+                    error = PortTaken if "address already in use" in tail else RuntimeError
+                    raise error(f"{proc.args[0]} exited ({proc.returncode}):\n{tail}")
             try:
                 if control_plane.ready(self.server, Path(self.ca_file), self.token):
                     return
