@@ -28,9 +28,10 @@ pytestmark = pytest.mark.timeout(1500)
 
 # Three pods of the dev stack on the node's two CPUs.
 SMALL_PODS = {"resources__requests__cpu": "500m"}
-# The disrupted run made long enough to still train after an unchanged `up` and two resizes, each
-# an engine run of its own.
-RESIZED_RUN = [*RUN_ARGS[: RUN_ARGS.index("--epochs") + 1], "8", *RUN_ARGS[RUN_ARGS.index("--epochs") + 2 :]]
+# The disrupted run made long enough that the world still trains when a test's next `up` or
+# `destroy` reaches it, however fast the machine: a run that has ended stops at no SIGTERM
+# checkpoint (its 3 epochs once ended during the engine's run of a kind switch, on an idle machine).
+TRAINING_RUN = [*RUN_ARGS[: RUN_ARGS.index("--epochs") + 1], "50", *RUN_ARGS[RUN_ARGS.index("--epochs") + 2 :]]
 
 
 def checkpoints(cluster) -> Path:
@@ -123,19 +124,19 @@ class SizePoller:
 
 
 def test_a_resize_while_training_stops_the_world_and_resumes_it_whole_at_the_new_size(cluster, dev_stack):
-    dev_stack.up(run__args=RESIZED_RUN, **SMALL_PODS)
+    dev_stack.up(run__args=TRAINING_RUN, **SMALL_PODS)
     wait_for_world(cluster, 2)
     claims = claim_uids(cluster)
     # An unchanged `up` leaves the running world alone: the same Job and pods, no restart.
     untouched = uids_and_restarts(cluster)
-    dev_stack.up(run__args=RESIZED_RUN, **SMALL_PODS)
+    dev_stack.up(run__args=TRAINING_RUN, **SMALL_PODS)
     assert uids_and_restarts(cluster) == untouched
     figures = {}
     for before, after in ((2, 3), (3, 2)):
         wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
         started = time.monotonic()
         with SizePoller(cluster) as poller:
-            dev_stack.up(nodes=str(after), run__args=RESIZED_RUN, **SMALL_PODS)
+            dev_stack.up(nodes=str(after), run__args=TRAINING_RUN, **SMALL_PODS)
         # No pod of the old size ran beside one of the new size at any poll while `up` ran.
         assert poller.seen and all(len(sizes) <= 1 for sizes in poller.seen), poller.seen
         # up returned once the old world was gone: it stopped at a SIGTERM checkpoint of its own size.
@@ -159,10 +160,10 @@ def test_a_resize_while_training_stops_the_world_and_resumes_it_whole_at_the_new
 def test_switching_the_workload_kind_replaces_the_world_after_it_stopped(cluster, dev_stack):
     """Job -> StatefulSet: one resource of another kind (an alias), so the Job's world is stopped
     and gone before the StatefulSet's starts; never two worlds on one /out/<run>."""
-    dev_stack.up(run__args=RUN_ARGS)
+    dev_stack.up(run__args=TRAINING_RUN)
     wait_for_world(cluster)
     wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
-    dev_stack.up(run__args=RUN_ARGS, workload__kind="statefulset")
+    dev_stack.up(run__args=TRAINING_RUN, workload__kind="statefulset")
     stopped = newest_checkpoint(cluster)
     assert stopped["reason"] == "sigterm", stopped
     assert "Job" not in owner_kinds(cluster), "the Job's pods outlived the switch"
@@ -182,7 +183,7 @@ def claim_uids(cluster) -> dict[str, str]:
 
 
 def test_destroy_then_up_adopts_the_retained_claims_and_resumes(cluster, dev_stack):
-    dev_stack.up(run__args=RUN_ARGS)
+    dev_stack.up(run__args=TRAINING_RUN)
     wait_for_world(cluster)
     wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
     claims = claim_uids(cluster)
@@ -190,7 +191,7 @@ def test_destroy_then_up_adopts_the_retained_claims_and_resumes(cluster, dev_sta
     # A claim change that the claim cannot take in place is refused before anything changes.
     world = {index: pod["metadata"]["uid"] for index, pod in world_pods(cluster).items()}
     with pytest.raises(ClaimChangeRefused, match=r"storage\.outputs\.storageClass.*would replace claim"):
-        dev_stack.up(run__args=RUN_ARGS, storage__outputs__storageClass="fast")
+        dev_stack.up(run__args=TRAINING_RUN, storage__outputs__storageClass="fast")
     assert {index: pod["metadata"]["uid"] for index, pod in world_pods(cluster).items()} == world
     assert claim_uids(cluster) == claims
 
@@ -205,7 +206,7 @@ def test_destroy_then_up_adopts_the_retained_claims_and_resumes(cluster, dev_sta
     assert claim_uids(cluster) == claims
 
     # up again: the namespace and the claims are adopted, not met with AlreadyExists, and the run resumes.
-    dev_stack.up(run__args=RUN_ARGS)
+    dev_stack.up(run__args=TRAINING_RUN)
     line, _ = wait_for_reform(cluster, 0)
     assert f"ckpt-{stopped['step']:08d}:" in line, line
     assert claim_uids(cluster) == claims
@@ -214,14 +215,14 @@ def test_destroy_then_up_adopts_the_retained_claims_and_resumes(cluster, dev_sta
 def test_a_second_stack_on_the_same_namespace_is_refused_and_leaves_the_first_alone(cluster, dev_stack, tmp_path):
     """Another project's dev stack (its own state) aimed at the namespace of a running world: its
     `up` fails with AlreadyExists, and neither it nor its `destroy` touches the first's world."""
-    dev_stack.up(run__args=RUN_ARGS)
+    dev_stack.up(run__args=TRAINING_RUN)
     wait_for_world(cluster)
     world = uids_and_restarts(cluster)
     claims = claim_uids(cluster)
     second = EngineStack(cluster, tmp_path / "second")
     try:
         with pytest.raises(UpFailed) as refused:
-            second.up(run__args=RUN_ARGS)
+            second.up(run__args=TRAINING_RUN)
         assert "already exists" in refused.value.result.output, refused.value.result.output
         assert uids_and_restarts(cluster) == world
     finally:
