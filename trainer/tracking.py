@@ -1,4 +1,4 @@
-"""Sends a run's figures to trackers: TensorBoard event files, and an MLflow server when one is named.
+"""Sends a run's figures to trackers: a loss curve, TensorBoard event files, and an MLflow server when one is named.
 
 Rank 0 alone tracks. The figures come from where the loop logs them: each `[TRAIN]` line (every
 numeric key=value in it, so a figure added to the line is tracked with no change here) and each
@@ -6,6 +6,8 @@ epoch's metrics record. Steps are global optimizer steps. A restart must not dra
 TensorBoard is told to drop what an earlier start logged from the resumed step on (`purge_step`),
 and MLflow, which cannot drop a point, is not sent a step its run already has.
 
+- The loss curve: `<run dir>/loss.png` (trainer/loss_curve.py), redrawn at each epoch end. The `[TRAIN]`
+  series it draws is kept in `<run dir>/train-steps.jsonl`; a restart drops the records of the steps it redoes.
 - TensorBoard: `<run dir>/tensorboard/`, one event file per start.
 - MLflow (`MLFLOW_TRACKING_URI`, an http(s) server): over its REST API with the standard library,
   so the image needs no `mlflow` package. The run's id is kept in `<run dir>/mlflow-run.json`,
@@ -29,14 +31,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
-from trainer import console
+from trainer import console, loss_curve
 from trainer import contract as c
-from trainer.outputs import write_json
+from trainer.outputs import RunDir, write_json
 from trainer.stop import StopRequest
 
 TENSORBOARD_DIR = "tensorboard"
 MLFLOW_RUN_FILE = "mlflow-run.json"
 FINISHED, KILLED, FAILED = "FINISHED", "KILLED", "FAILED"
+TRAIN, EPOCH = "train/", "epoch/"  # the prefixes of a [TRAIN] line's figures and of an epoch record's
 
 # A number, then an optional unit that goes into the figure's name (0.12s, 41.5%); "1/2" is no figure.
 _FIGURE = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)([a-zA-Z%]*)")
@@ -76,11 +79,11 @@ class Trackers:
     def log_line(self, line: str) -> None:
         if self.sinks and line.startswith("[TRAIN]"):
             step, figures = train_figures(line)
-            self._log(step, {f"train/{k}": v for k, v in figures.items()})
+            self._log(step, {f"{TRAIN}{k}": v for k, v in figures.items()})
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
         figures = _numbers({k: v for k, v in record.items() if k != "global_step"})
-        self._log(record["global_step"], {f"epoch/{k}": v for k, v in figures.items()})
+        self._log(record["global_step"], {f"{EPOCH}{k}": v for k, v in figures.items()})
 
     def log_result(self, summary: Mapping[str, Any]) -> None:
         if self.sinks:
@@ -105,7 +108,7 @@ NO_TRACKERS = Trackers([])
 def open_trackers(run_dir: Path, run_name: str, flags: Mapping[str, Any], resumed_step: int, stop: StopRequest) -> Trackers:
     """Rank 0's trackers for a run that resumes after `resumed_step` optimizer steps (0: a new run)."""
     env = os.environ
-    sinks: list = []
+    sinks: list = [LossCurve.open(run_dir, run_name, first_step=resumed_step + 1)]
     tensorboard = TensorBoard.open(run_dir / TENSORBOARD_DIR, first_step=resumed_step + 1)
     if tensorboard:
         sinks.append(tensorboard)
@@ -149,6 +152,44 @@ class TensorBoard:
 
     def close(self, _status: str, _result: Mapping[str, Any]) -> None:
         self.writer.close()  # the epochs' scalars already end with the result
+
+
+# --- the loss curve ---------------------------------------------------------------------------------
+class LossCurve:
+    """Keeps the `[TRAIN]` series in train-steps.jsonl and redraws loss.png after each epoch's record.
+
+    A drawing that fails (an image without matplotlib, a value it cannot draw) is said once; training
+    goes on, and each later epoch end tries again.
+    """
+
+    def __init__(self, run: RunDir, run_name: str):
+        self.run, self.run_name = run, run_name
+        self.said = False
+
+    @classmethod
+    def open(cls, run_dir: Path, run_name: str, first_step: int) -> LossCurve:
+        run = RunDir(run_dir)
+        run.root.mkdir(parents=True, exist_ok=True)  # the first [TRAIN] line can come before any other output
+        run.forget_train_steps_from(first_step)  # this start redoes them: drawn once, with its figures
+        return cls(run, run_name)
+
+    def log(self, step: int, figures: dict[str, float]) -> None:
+        if any(name.startswith(EPOCH) for name in figures):
+            self._draw()  # the loop appended the epoch's record to metrics.jsonl before logging it
+        else:
+            self.run.append_train_step({"global_step": step, **{k.removeprefix(TRAIN): v for k, v in figures.items()}})
+
+    def _draw(self) -> None:
+        try:
+            loss_curve.draw(self.run, self.run_name)
+        except Exception as error:  # a picture must never stop training
+            if not self.said:
+                self.said = True
+                _say(f"Loss curve: {loss_curve.PNG} not drawn ({type(error).__name__}: {error}); training goes on, "
+                     f"and each later epoch end tries again")  # fmt: skip
+
+    def close(self, _status: str, _result: Mapping[str, Any]) -> None:
+        pass  # every record is on disk, the picture drawn at the last epoch end
 
 
 # --- MLflow -----------------------------------------------------------------------------------------

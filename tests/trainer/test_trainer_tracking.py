@@ -49,6 +49,16 @@ def run_world(spawn, out: Path, name: str, world: int, expected: int, **extra: s
     return procs[0].text()
 
 
+def run_without(tmp_path: Path, module: str) -> tuple[int, str]:
+    """A world of one run to its end as in an image without `module`: importing it raises ImportError."""
+    shadow = tmp_path / f"no-{module}"
+    shadow.mkdir()
+    (shadow / f"{module}.py").write_text(f"raise ImportError('no {module} in this image')\n")
+    command = [PYTHON, "-m", "trainer.train", *ARGS, "--out-dir", str(tmp_path), "--run-name", "run"]
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(shadow), str(REPO)]))
+    return run_to_end(command, env, tmp_path / f"no-{module}.log", timeout=100)
+
+
 def train_lines_by_step(text: str) -> dict[int, dict[str, str]]:
     """The [TRAIN] lines of a log by global step."""
     return {int(line["global_step"]): line for line in train_lines(text)}
@@ -259,12 +269,7 @@ def test_an_unreachable_mlflow_server_does_not_stop_training(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_without_tensorboard_in_the_image_training_goes_on_and_says_so(tmp_path):
-    shadow = tmp_path / "no-tensorboard"
-    shadow.mkdir()
-    (shadow / "tensorboard.py").write_text("raise ImportError('no tensorboard in this image')\n")
-    command = [PYTHON, "-m", "trainer.train", *ARGS, "--out-dir", str(tmp_path), "--run-name", "run"]
-    env = clean_env(PYTHONPATH=os.pathsep.join([str(shadow), str(REPO)]))
-    code, text = run_to_end(command, env, tmp_path / "bare.log", timeout=100)
+    code, text = run_without(tmp_path, "tensorboard")
     assert code == 0, text[-4000:]
     assert len([line for line in console.tagged(text, "[TRACK]") if "TensorBoard" in line]) == 1
     assert not (tmp_path / "run" / tracking.TENSORBOARD_DIR).exists()
