@@ -123,9 +123,13 @@ class World:
         }
 
     # --- how to watch it -------------------------------------------------------------------------
+    @property
+    def label_selector(self) -> str:
+        """`selector` as kubectl's -l takes it."""
+        return ",".join(f"{key}={value}" for key, value in self.selector.items())
+
     def kubectl_watch_pods(self, context: Optional[str] = None) -> str:
-        selector = ",".join(f"{key}={value}" for key, value in self.selector.items())
-        return f"{_kubectl(self.namespace, context)} get pods -l {selector} -o wide -w"
+        return f"{_kubectl(self.namespace, context)} get pods -l {self.label_selector} -o wide -w"
 
     def kubectl_run_status(self, context: Optional[str] = None) -> str:
         """Where the run stands: a Job's STATUS column reads Running, Complete or Failed (a JobSet's
@@ -136,12 +140,18 @@ class World:
         kubectl = _kubectl(self.namespace, context)
         if self.workload_kind in (contract.INDEXED_JOB, contract.JOBSET):
             # Job pods carry a random suffix: pick index 0 by its label.
-            selector = ",".join(
-                [f"{key}={value}" for key, value in self.selector.items()]
-                + [f"{contract.JOB_COMPLETION_INDEX_ANNOTATION}=0"]
-            )
+            selector = f"{self.label_selector},{contract.JOB_COMPLETION_INDEX_ANNOTATION}=0"
             return f"{kubectl} logs -f -l {selector} -c {CONTAINER_NAME}"
         return f"{kubectl} logs -f {self.workload_name}-0 -c {CONTAINER_NAME}"
+
+    def status_command(self, context: Optional[str] = None) -> str:
+        """The status view (observe/status.py) of this world, run from the project's directory."""
+        where = f" --context {context}" if context else ""
+        return (f"{STATUS_VIEW} -n {self.namespace} --workload {self.workload_kind}/{self.workload_name} "
+                f"-l {self.label_selector}{where}")  # fmt: skip
+
+
+STATUS_VIEW = ".venv/bin/python -m observe.status"
 
 
 def _kubectl(namespace: str, context: Optional[str]) -> str:

@@ -96,5 +96,7 @@ class DdpTrainingStack(Component):
             "kubectlWatchPods": world.kubectl_watch_pods(context),
             "kubectlFollowRank0": world.kubectl_follow_rank0(context),
             "kubectlRunStatus": world.kubectl_run_status(context),
+            "podSelector": world.label_selector,
+            "statusCommand": world.status_command(context),
         }
         self.register_outputs(self.outputs)

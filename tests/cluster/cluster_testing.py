@@ -19,8 +19,10 @@ from trainer import contract
 from trainer_testing import resumed_lines
 from waiting import wait_for
 from toolchain.cluster import LocalCluster
+from toolchain.cluster.cgroups import cgroup_mounts
 
 
+REPO = Path(__file__).resolve().parents[2]
 # The dev stack as committed: what the tests deploy and where they look for it.
 DEV = stack_file_config("dev")
 NAMESPACE = DEV["namespace"]["name"]
@@ -287,3 +289,26 @@ class LogStream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def status_view(cluster: LocalCluster, command: str) -> str:
+    """What the stack's `statusCommand` output prints when run, as a user would, from the project."""
+    done = subprocess.run([*command.split(), "--kubeconfig", cluster.kubeconfig], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, f"{command} failed:\n{done.stderr}"
+    return done.stdout
+
+
+def host_state() -> dict[str, list[str]]:
+    """What a cluster must not change on this machine: its links, routes, firewall and mounts."""
+    def run(*argv: str) -> list[str]:
+        return sorted(subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines())
+
+    mounts = sorted(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    return {
+        "links": [line.split(":")[1].strip() for line in run("ip", "-o", "link")],
+        "routes": run("ip", "route"),
+        "iptables": [line for line in run("iptables-save") if not line.startswith("#")],
+        "mounts": mounts,
+        "cgroups": sorted(str(p) for m in cgroup_mounts() for p in m.glob("ddp-infra-*")),
+    }

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cluster_testing import NAMESPACE, WORKLOAD, get, pause_pod_resources, pods, wait_for, world_pods, world_running
+from cluster_testing import NAMESPACE, WORKLOAD, get, pause_pod_resources, pods, status_view, wait_for, world_pods, world_running
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(900)
@@ -148,6 +148,9 @@ def test_kueue_admits_a_world_whole_or_not_at_all(controllers_cluster, quota, pa
     assert pods(cluster, NAMESPACE) == {}, "no pod of a world Kueue holds back may exist"
     # `pulumi up` has what it waits for while the world waits in its queue, so it returns
     assert waits_for(cluster, kind), f"the workload's waitFor path is empty while queued: {get(cluster, RESOURCE[kind], WORKLOAD, NAMESPACE)}"
+    # the status view, as the stack's output prints it, says why nothing runs
+    status = status_view(cluster, pause_stack.outputs["statusCommand"])
+    assert f"waiting: {kind} {WORKLOAD} is suspended: a queue has not admitted the world yet" in status, status
 
     # The quota grows: the whole world of 4 is admitted, and all of it starts.
     quota(4)

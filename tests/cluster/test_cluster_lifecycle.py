@@ -11,27 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from cluster_testing import host_state
+
 from toolchain.cluster import CACHE, LocalCluster
-from toolchain.cluster.cgroups import cgroup_mounts
 from toolchain.cluster.processes import alive
 
 pytestmark = pytest.mark.timeout(600)
 REPO = Path(__file__).resolve().parents[2]
-
-
-def host_state() -> dict[str, list[str]]:
-    """What a cluster must not change on this machine: its links, routes, firewall and mounts."""
-    def run(*argv: str) -> list[str]:
-        return sorted(subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines())
-
-    mounts = sorted(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines())
-    return {
-        "links": [line.split(":")[1].strip() for line in run("ip", "-o", "link")],
-        "routes": run("ip", "route"),
-        "iptables": [line for line in run("iptables-save") if not line.startswith("#")],
-        "mounts": mounts,
-        "cgroups": sorted(str(p) for m in cgroup_mounts() for p in m.glob("ddp-infra-*")),
-    }
 
 
 def test_the_test_cluster_runs_one_kubernetes_version(cluster):

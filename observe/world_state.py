@@ -1,0 +1,138 @@
+"""The world as the cluster shows it in one look: its pods by index, whether the workload ended, and
+why anything waits (not scheduled, image not there, a queue holding the world)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from trainer import contract
+
+from .kubectl import Kubectl
+
+TRAINER_CONTAINER = "trainer"
+
+
+@dataclass(frozen=True)
+class WorldRef:
+    """Which world to look at: the workload (kind and name, as the stack outputs give them) and the
+    label selector of its pods."""
+
+    kind: str
+    name: str
+    selector: str
+    container: str = TRAINER_CONTAINER
+
+    @property
+    def api_kind(self) -> str:
+        return "jobset.jobset.x-k8s.io" if self.kind == contract.JOBSET else self.kind
+
+
+@dataclass(frozen=True)
+class PodState:
+    name: str
+    uid: str
+    index: int
+    phase: str
+    restarts: int
+    waiting: Optional[str]  # why it does not run yet, in the cluster's words
+    last_exit: Optional[str]  # how its previous container ended
+    deleting: bool
+    created: str
+
+    @property
+    def live(self) -> bool:
+        return not self.deleting and self.phase not in ("Failed", "Succeeded")
+
+
+@dataclass(frozen=True)
+class WorldState:
+    pods: tuple[PodState, ...]  # every pod of the world, oldest first
+    ended: Optional[str]  # "Complete", or "Failed: <why>"; None while the workload runs
+    held: Optional[str]  # why the workload itself waits (a queue has not admitted it)
+
+    @property
+    def live_pods(self) -> dict[int, PodState]:
+        return {pod.index: pod for pod in self.pods if pod.live}
+
+    def rank0_pod(self) -> Optional[PodState]:
+        """Pod 0, the newest one (a Job replaces a failed pod with another of the same index)."""
+        zeros = [pod for pod in self.pods if pod.index == 0]
+        return zeros[-1] if zeros else None
+
+    def waits(self) -> list[str]:
+        found = [f"pod {pod.index} ({pod.name}): {pod.waiting}" for pod in self.pods if pod.live and pod.waiting]
+        return ([self.held] if self.held else []) + found
+
+
+def read_world(kubectl: Kubectl, world: WorldRef) -> WorldState:
+    pods = sorted(kubectl.items("pods", world.selector), key=lambda p: p["metadata"]["creationTimestamp"])
+    workload = kubectl.find(world.api_kind, world.name)
+    return WorldState(
+        pods=tuple(state for pod in pods if (state := pod_state(pod, world.container)) is not None),
+        ended=_ended(world.kind, workload),
+        held=_held(world, workload),
+    )
+
+
+def pod_state(pod: dict[str, Any], container: str) -> Optional[PodState]:
+    metadata, status = pod["metadata"], pod.get("status", {})
+    index = metadata.get("annotations", {}).get(contract.JOB_COMPLETION_INDEX_ANNOTATION,
+                                                metadata.get("labels", {}).get(contract.POD_INDEX_LABEL))  # fmt: skip
+    if index is None:
+        return None
+    ours = [s for s in status.get("containerStatuses") or [] if s["name"] == container]
+    return PodState(
+        name=metadata["name"], uid=metadata["uid"], index=int(index), phase=status.get("phase", "Pending"),
+        restarts=ours[0].get("restartCount", 0) if ours else 0, waiting=_waiting(status),
+        last_exit=_exit(ours[0].get("lastState", {}).get("terminated")) if ours else None,
+        deleting="deletionTimestamp" in metadata, created=metadata["creationTimestamp"],
+    )  # fmt: skip
+
+
+def _waiting(status: dict[str, Any]) -> Optional[str]:
+    for condition in status.get("conditions") or []:
+        if condition["type"] == "PodScheduled" and condition["status"] == "False":
+            return f"not scheduled: {condition.get('message') or condition.get('reason', '')}".strip()
+    for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        waiting = container.get("state", {}).get("waiting")
+        if waiting:
+            message = waiting.get("message", "")
+            return f"{container['name']} {waiting.get('reason', 'waiting')}" + (f": {message}" if message else "")
+    return None
+
+
+def _exit(terminated: Optional[dict[str, Any]]) -> Optional[str]:
+    if not terminated:
+        return None
+    return f"exit {terminated.get('exitCode')} ({terminated.get('reason', 'terminated')})"
+
+
+def _ended(kind: str, workload: Optional[dict[str, Any]]) -> Optional[str]:
+    if workload is None or kind == contract.STATEFULSET:  # a StatefulSet's pods never end: [DONE] says so
+        return None
+    status = workload.get("status", {})
+    if kind == contract.JOBSET and status.get("terminalState"):
+        state = status["terminalState"]
+        return "Complete" if state == "Completed" else f"Failed: {_condition_message(status, 'Failed')}"
+    for condition in status.get("conditions") or []:
+        if condition["status"] == "True" and condition["type"] in ("Complete", "Failed"):
+            return "Complete" if condition["type"] == "Complete" else f"Failed: {_describe(condition)}"
+    return None
+
+
+def _condition_message(status: dict[str, Any], kind: str) -> str:
+    found = [c for c in status.get("conditions") or [] if c["type"] == kind and c["status"] == "True"]
+    return _describe(found[0]) if found else kind
+
+
+def _describe(condition: dict[str, Any]) -> str:
+    return ": ".join(part for part in (condition.get("reason"), condition.get("message")) if part)
+
+
+def _held(world: WorldRef, workload: Optional[dict[str, Any]]) -> Optional[str]:
+    if workload is None:
+        return f"{world.kind} {world.name} does not exist (yet)"
+    if workload.get("spec", {}).get("suspend"):
+        return f"{world.kind} {world.name} is suspended: a queue has not admitted the world yet"
+    return None

@@ -1,0 +1,82 @@
+"""The demo's and the status view's reading of rank 0's lines, against the lines a real trainer prints:
+the env contract's counterpart for the log (the trainer writes them in trainer/loop.py)."""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timezone
+
+import pytest
+
+from observe import rank0_log as log
+from observe.progress import CLEAR_LINE, Progress
+from toolchain.apiserver import free_port
+from trainer.console import fields, tagged
+from trainer_testing import clean_env, entrypoint_command, pod_env, run_to_end
+
+EPOCHS, STEPS, LOG_EVERY = 2, 8, 2  # 4096 samples in batches of 256 on 2 processes: 8 steps an epoch
+
+
+@pytest.fixture(scope="module")
+def trainer_log(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("out")
+    args = ["-m", "trainer.train", "smoke", "--epochs", str(EPOCHS), "--batch", "256", "--samples", "4096", "--features", "32",
+            "--classes", "4", "--seed", "3", "--log-every", str(LOG_EVERY), "--checkpoint-every", "4"]  # fmt: skip
+    env = clean_env(**pod_env("demo-0", free_port(), nnodes=1, nproc=2), OUT_DIR=str(out))
+    code, text = run_to_end(entrypoint_command(args), env, out / "trainer.log", timeout=240)
+    assert code == 0, text[-4000:]
+    return text
+
+
+def test_every_train_line_reads_as_the_figures_it_prints(trainer_log):
+    rows = tagged(trainer_log, log.TRAIN)
+    assert len(rows) == EPOCHS * STEPS // LOG_EVERY
+    for row in rows:
+        figures, printed = log.TrainFigures.parse(row), fields(row)
+        assert f"{figures.epoch}/{figures.epochs}" == printed["epoch"]
+        assert f"{figures.step}/{figures.steps}" == printed["step"]
+        assert figures.global_step == int(printed["global_step"]) and figures.loss == float(printed["loss"])
+        assert figures.unit == "samples" and figures.rate == float(printed["samples/s"])
+    last = log.TrainFigures.parse(rows[-1])
+    assert (last.epochs, last.steps, last.global_step, last.steps_left) == (EPOCHS, STEPS, EPOCHS * STEPS, 0)
+    assert log.TrainFigures.parse(rows[0]).steps_left == EPOCHS * STEPS - LOG_EVERY
+
+
+def test_the_newest_checkpoint_is_the_last_saved_one_with_its_time(trainer_log):
+    saved = [log.checkpoint_saved(row) for row in trainer_log.splitlines() if log.checkpoint_saved(row)]
+    assert [step for _, step in saved] == [4, 8, 12, 16]
+    # as `kubectl logs --timestamps` prints them: RFC 3339 with nanoseconds
+    stamped = "".join(f"2026-11-25T08:00:{second:02d}.123456789Z {row}\n" for second, row in enumerate(trainer_log.splitlines()))
+    newest = log.newest_checkpoint(stamped)
+    assert (newest.name, newest.step) == saved[-1]
+    assert newest.saved_at.tzinfo is not None and newest.saved_at < datetime(2026, 11, 25, 8, 1, tzinfo=timezone.utc)
+    assert log.newest_checkpoint("") is None
+
+
+def test_progress_draws_a_bar_per_line_with_the_eta_from_the_world_s_pace(trainer_log):
+    rows = tagged(trainer_log, log.TRAIN)
+    clock = iter(float(second) for second in range(100))  # one line a second: LOG_EVERY steps a second
+    out = io.StringIO()
+    progress = Progress(out, terminal=False, clock=lambda: next(clock))
+    for row in rows:
+        progress.train(log.TrainFigures.parse(row))
+    drawn = out.getvalue().splitlines()
+    assert len(drawn) == len(rows)
+    assert drawn[0].startswith(f"epoch 1/{EPOCHS} ") and drawn[0].endswith("ETA …")
+    # after the second line: 2 steps a second, 4 steps of the epoch and 12 of the run left
+    assert f" {2 * LOG_EVERY}/{STEPS} steps · " in drawn[1] and drawn[1].endswith("ETA 0:00:02 (run 0:00:06)")
+    assert drawn[-1].startswith(f"epoch {EPOCHS}/{EPOCHS} {'█' * 24} {STEPS}/{STEPS} steps")
+
+
+def test_a_new_world_starts_the_eta_again_and_lines_print_above_the_bar_on_a_terminal(trainer_log):
+    rows = [log.TrainFigures.parse(row) for row in tagged(trainer_log, log.TRAIN)]
+    out = io.StringIO()
+    progress = Progress(out, terminal=True, clock=iter([0.0, 1.0, 50.0]).__next__)
+    progress.train(rows[0])
+    progress.train(rows[1])
+    progress.world_changed()
+    progress.say("[re-form] resumed")
+    progress.train(rows[2])
+    text = out.getvalue()
+    assert "\n" not in text.replace(f"{CLEAR_LINE}[re-form] resumed\n", "")  # the bar is redrawn in place
+    assert text.endswith("ETA …")  # the new world's pace is not known from one line
