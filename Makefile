@@ -5,7 +5,7 @@ PY := .venv/bin/python
 TOOLCHAIN_PATH = $$(toolchain/build.sh --bin-dir):$$PATH
 STACK ?= dev
 
-.PHONY: setup test bench preview-diff cluster-up cluster-down
+.PHONY: setup test bench preview-diff cluster-up cluster-down demo demo-resize demo-status demo-down
 
 setup:
 	scripts/setup.sh
@@ -33,3 +33,19 @@ cluster-up:
 
 cluster-down:
 	@$(PY) -m toolchain.cluster down --name $(CLUSTER)
+
+# The demo (demo/): the dev stack trained on the local cluster CLUSTER by the real `pulumi up`,
+# followed to its result. demo-resize changes its size while it trains (NODES=3); demo-down removes
+# the stack, its state, and the cluster if the demo started it.
+NODES ?= 3
+demo:
+	@PATH="$(TOOLCHAIN_PATH)" $(PY) -m demo --cluster $(CLUSTER) up
+
+demo-resize:
+	@PATH="$(TOOLCHAIN_PATH)" $(PY) -m demo --cluster $(CLUSTER) resize $(NODES)
+
+demo-status:
+	@PATH="$(TOOLCHAIN_PATH)" $(PY) -m demo --cluster $(CLUSTER) status
+
+demo-down:
+	@PATH="$(TOOLCHAIN_PATH)" $(PY) -m demo --cluster $(CLUSTER) down
