@@ -31,13 +31,19 @@ def ensure_cluster(name: str, dev_image: str, say: Callable[[str], None]) -> Loc
         raise SystemExit(f"the trainer image is not built ({trainer_tar} missing): run `make setup`")
     if cluster.status()["running"]:
         say(f"cluster {name}: running already, reused (KUBECONFIG={cluster.kubeconfig})")
+        if trainer_ref not in cluster.containerd.ctr("images", "ls", "-q").stdout.split():
+            say(f"cluster {name}: importing the trainer image {trainer_ref} ({_gib(trainer_tar)}), a minute or more")
         cluster.containerd.import_images(images)  # a no-op when they are there
     else:
-        say(f"cluster {name}: starting it, with the trainer image ({trainer_tar.stat().st_size / 2**30:.1f} GiB); "
+        say(f"cluster {name}: starting it, with the trainer image ({_gib(trainer_tar)}); "
             f"the first import into a new cluster takes minutes")  # fmt: skip
         cluster = start_cluster(name, True, say)
     cluster.tag_image(trainer_ref, dev_image if "/" in dev_image else f"docker.io/library/{dev_image}")
     return cluster
+
+
+def _gib(path: Path) -> str:
+    return f"{path.stat().st_size / 2**30:.1f} GiB"
 
 
 def start_cluster(name: str, with_images: Union[bool, Iterable[str]], say: Callable[[str], None]) -> LocalCluster:

@@ -7,6 +7,7 @@ the pause image only (the trainer image's first import into a new store takes mi
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -25,6 +26,9 @@ from toolchain.cluster import CACHE, LocalCluster
 from trainer_testing import Proc, kill_tree
 
 from demo.cluster import demo_home, remove_cluster, start_cluster
+from observe.follow import Follower
+from observe.kubectl import Kubectl
+from observe.world_state import WorldRef
 
 pytestmark = pytest.mark.timeout(900)
 REPO = Path(__file__).resolve().parents[2]
@@ -131,6 +135,18 @@ def test_the_demo_trains_the_dev_world_through_pulumi_up_resizes_it_and_removes_
     assert not pods(cluster, NAMESPACE)
     assert cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0
     assert cluster.kubectl("get", "node", cluster.node_name).returncode == 0
+
+
+def test_a_failed_run_ends_the_follow_with_its_reason_and_rank_0_s_last_lines(cluster, dev_image, dev_stack):
+    # a module that does not exist: each worker fails at once, and the Job with its first failure
+    dev_stack.up(run__args=["-m", "trainer.no_such_task"], workload__backoffLimit=0)
+    outputs = dev_stack.outputs
+    world = WorldRef(outputs["workloadKind"], outputs["workloadName"], outputs["podSelector"])
+    out = io.StringIO()
+    end = Follower(Kubectl(outputs["namespace"], kubeconfig=cluster.kubeconfig), world, out).follow(timeout_s=300)
+    assert not end.ok and end.reason.startswith("Failed: BackoffLimitExceeded"), (end, out.getvalue())
+    assert any("No module named trainer.no_such_task" in row for row in end.last_lines), end.last_lines
+    assert not end.result
 
 
 def test_a_resize_without_a_demo_says_how_to_start_one(cluster):
