@@ -60,3 +60,27 @@ def test_a_crashed_run_is_cleaned_up_and_stop_leaves_nothing():
     assert not any(alive(*p) for p in running.values())
     assert not (CACHE / "cluster" / name / "run").exists()
     assert host_state() == before
+
+
+def test_an_image_of_an_earlier_build_leaves_the_store_with_whatever_names_it():
+    """A new build's start keeps only the images it imports: an old build's image goes with every
+    ref to it (the tag the dev stack deploys, CRI's id ref) and its content, so the store of a
+    cluster name does not grow by an image's size at each build."""
+    cluster = LocalCluster("lifecycle", with_images=("pause",))
+    try:
+        cluster.start()
+        pause = cluster.images["pause"]
+        # an "earlier build": the same layers under another manifest, tagged as the dev stack's image
+        stale_ref = "docker.io/library/ddp-trainer:dev"
+        assert cluster.containerd.ctr("images", "convert", "--oci", pause, stale_ref).returncode == 0
+        stale = cluster.containerd.digests()[stale_ref]
+        assert stale != cluster.containerd.digests()[pause]
+
+        cluster.containerd.import_images({"pause": (pause, Path("unused: present already"))})  # as the next start does
+        digests = cluster.containerd.digests()
+        assert stale_ref not in digests and stale not in digests.values()
+        assert stale not in cluster.containerd.ctr("content", "ls", "-q").stdout.split(), "the old manifest's content was kept"
+        assert pause in digests  # the current build's image stays, with its layers
+        assert cluster.in_namespace("true").returncode == 0
+    finally:
+        cluster.stop()

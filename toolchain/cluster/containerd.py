@@ -81,11 +81,22 @@ state = "/run/containerd"
             if result.returncode != 0:
                 raise ClusterError(f"ctr images import {tar} failed:\n{result.stderr}")
             print(f"[cluster] imported {ref} in {time.monotonic() - began:.0f} s", file=sys.stderr)
-        # Keep only the images of the current build: old keys would fill the disk.
-        wanted = {ref for ref, _ in images.values()}
-        for ref in present - wanted:
-            if ref.startswith("localhost/ddp-infra/"):
-                self.ctr("images", "rm", ref)
+        self.prune({ref for ref, _ in images.values()})
+
+    def digests(self) -> dict[str, str]:
+        """{ref: manifest digest} of every image in the store (CRI's sha256:<id> refs too)."""
+        rows = self.ctr("images", "ls").stdout.splitlines()[1:]
+        return {row.split()[0]: row.split()[2] for row in rows if row.strip()}
+
+    def prune(self, wanted: set[str]) -> None:
+        """Keeps only the images of the current build, whatever else names an old one (a tag such as
+        ddp-trainer:dev, CRI's id ref): each old build is gigabytes. --sync: collected before it
+        returns, not left for a collector that a stopped cluster never runs."""
+        digests = self.digests()
+        keep = {digests[ref] for ref in wanted if ref in digests}
+        stale = [ref for ref, digest in digests.items() if digest not in keep]
+        if stale:
+            self.ctr("images", "rm", "--sync", *stale, timeout=600)
 
     def tag(self, source: str, target: str) -> None:
         result = self.ctr("images", "tag", "--force", source, target)
