@@ -12,10 +12,10 @@ import time
 from typing import Any
 
 from observe.follow import Follower, FollowTimeout
-from observe.kubectl import Kubectl
+from observe.kubectl import Kubectl, KubectlError
 from observe.status import rank0_log, render
 from observe.world_state import WorldRef, read_world
-from toolchain.cluster import LocalCluster
+from toolchain.cluster import ClusterError, LocalCluster
 
 from .cluster import demo_home, ensure_cluster, remove_cluster, started_by_demo
 from .outputs import describe, outputs_volume
@@ -158,7 +158,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     try:
         return {"up": up, "resize": resize, "status": status, "down": down}[args.command](args)
-    except PulumiFailed as error:
+    except (PulumiFailed, ClusterError, KubectlError) as error:
         say(str(error))
         return 1
 
