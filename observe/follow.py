@@ -27,7 +27,7 @@ from .world_state import PodState, WorldRef, WorldState, read_world
 
 POLL_S = 2.0
 DRAIN_S = 30.0  # how long the last lines of an ended world may take to arrive
-ERROR_LINES = 12  # untagged lines kept to explain a failure
+ERROR_LINES = 40  # untagged lines kept to explain a failure: a worker's traceback and torchrun's summary after it
 
 
 class FollowTimeout(TimeoutError):
