@@ -19,7 +19,7 @@ from toolchain.cluster import ClusterError, LocalCluster
 
 from .cluster import demo_home, ensure_cluster, remove_cluster, started_by_demo
 from .outputs import describe, outputs_volume
-from .stack import STACK, DemoStack, PulumiFailed, committed_dev_config
+from .stack import STACK, DemoStack, PulumiFailed, committed_stack_config
 
 POLL_S = 2.0
 
@@ -49,7 +49,7 @@ def _deployed(cluster_name: str) -> tuple[LocalCluster, DemoStack]:
 
 
 def up(args: argparse.Namespace) -> int:
-    cluster = ensure_cluster(args.cluster, committed_dev_config()["image"]["name"], say)
+    cluster = ensure_cluster(args.cluster, committed_stack_config(STACK)["image"]["name"], say)
     stack = DemoStack(demo_home(args.cluster), cluster.kubeconfig, say)
     stack.prepare(cluster.context, args.epochs)
     say(f"pulumi up --stack {STACK} (context {cluster.context}):")
@@ -101,9 +101,7 @@ def resize(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     while True:
         state = read_world(kubectl, _world(outputs))
-        if state.ended or sorted(state.live_pods) == list(range(args.nodes)) and all(
-            p.phase == "Running" for p in state.live_pods.values()
-        ):
+        if state.ended or state.runs_as(args.nodes):
             break
         if time.monotonic() > deadline:
             say(f"the world of {args.nodes} is not running after {args.timeout:.0f} s: {'; '.join(state.waits())}")

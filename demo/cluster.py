@@ -31,7 +31,7 @@ def ensure_cluster(name: str, dev_image: str, say: Callable[[str], None]) -> Loc
         raise SystemExit(f"the trainer image is not built ({trainer_tar} missing): run `make setup`")
     if cluster.status()["running"]:
         say(f"cluster {name}: running already, reused (KUBECONFIG={cluster.kubeconfig})")
-        if trainer_ref not in cluster.containerd.ctr("images", "ls", "-q").stdout.split():
+        if trainer_ref not in cluster.containerd.digests():
             say(f"cluster {name}: importing the trainer image {trainer_ref} ({_gib(trainer_tar)}), a minute or more")
         cluster.containerd.import_images(images)  # a no-op when they are there
     else:

@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 import yaml
 
+from ddp_infra.names import PROJECT
 from toolchain.apiserver import tool_dir
 
 REPO = Path(__file__).resolve().parents[1]
-PROJECT = "ddp-infra"
 STACK = "dev"
 PROGRAM_FILES = ("Pulumi.yaml", "__main__.py", "requirements.txt")
 PROGRAM_DIRS = ("ddp_infra", "trainer")
@@ -37,9 +37,27 @@ def demo_run(epochs: int) -> list[str]:
             "--checkpoint-every", "64"]  # fmt: skip
 
 
-def committed_dev_config() -> dict[str, Any]:
-    document = yaml.safe_load((REPO / "stacks" / f"Pulumi.{STACK}.yaml").read_text())
-    return {key.split(":", 1)[1]: value for key, value in document["config"].items()}
+def file_backend_url(state_dir: Path) -> str:
+    """The login the README gives: a file backend that writes no `.attrs` sidecar beside a checkpoint.
+    The sidecar is written in place, and the program's read of its own last outputs during an up
+    fails on a half-written one."""
+    return f"{state_dir.as_uri()}?metadata=skip"
+
+
+def committed_stack_config(stack: str) -> dict[str, Any]:
+    """`stacks/Pulumi.<stack>.yaml` as {key without the project prefix: value}."""
+    document = yaml.safe_load((REPO / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+    prefix = f"{PROJECT}:"
+    return {key[len(prefix):]: value for key, value in document["config"].items() if key.startswith(prefix)}
+
+
+def write_stack_config(stack_file: Path, values: dict[str, Any]) -> None:
+    """Sets the stack file's config to `values` (keys without the project prefix), keeping the rest
+    of the file (its encryption salt)."""
+    document = yaml.safe_load(stack_file.read_text()) or {}
+    document["config"] = {f"{PROJECT}:{key}": value for key, value in values.items()}
+    # every scalar quoted: the engine reads YAML 1.2, where an unquoted 3e-3 is a number
+    stack_file.write_text(yaml.safe_dump(document, default_style='"'))
 
 
 class DemoStack:
@@ -51,8 +69,7 @@ class DemoStack:
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "KUBE"))},
             "PATH": f"{tool_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
-            # no .attrs sidecar: the program reads its own last outputs while an update writes them
-            "PULUMI_BACKEND_URL": f"{self.state.as_uri()}?metadata=skip",
+            "PULUMI_BACKEND_URL": file_backend_url(self.state),
             "PULUMI_CONFIG_PASSPHRASE_FILE": str(self.passphrase),
             "PULUMI_SKIP_UPDATE_CHECK": "true",
             "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",  # the provider make setup built
@@ -77,15 +94,12 @@ class DemoStack:
             self.passphrase.write_text(secrets.token_urlsafe(32))
             self.passphrase.chmod(0o600)
         self.pulumi("stack", "init", STACK, "--secrets-provider", "passphrase")
-        config = committed_dev_config()
+        config = committed_stack_config(STACK)
         config["kubernetes"] = {"context": context}  # applied to the local cluster, not rendered
         config["run"] = {**config.get("run", {}), "args": demo_run(epochs)}
         # half a CPU a pod: a world of 4 fits a 2-core machine, so a resize has room
         config["resources"]["requests"]["cpu"] = DEMO_POD_CPU
-        document = yaml.safe_load(self.stack_file.read_text()) or {}
-        document["config"] = {f"{PROJECT}:{key}": value for key, value in config.items()}
-        # every scalar quoted: the engine reads YAML 1.2, where an unquoted 3e-3 is a number
-        self.stack_file.write_text(yaml.safe_dump(document, default_style='"'))
+        write_stack_config(self.stack_file, config)
         self.say(f"stack {STACK}: made in {self.project}, state in {self.state}, passphrase in {self.passphrase}")
 
     def copy_program(self) -> None:

@@ -55,6 +55,11 @@ class WorldState:
     def live_pods(self) -> dict[int, PodState]:
         return {pod.index: pod for pod in self.pods if pod.live}
 
+    def runs_as(self, nodes: int) -> bool:
+        """One running pod for each index of a world of `nodes`."""
+        live = self.live_pods
+        return sorted(live) == list(range(nodes)) and all(pod.phase == "Running" for pod in live.values())
+
     def rank0_pod(self) -> Optional[PodState]:
         """Pod 0, the newest one (a Job replaces a failed pod with another of the same index)."""
         zeros = [pod for pod in self.pods if pod.index == 0]

@@ -10,14 +10,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from ddp_infra.claim_changes import ClaimChangeRefused
 from infra_harness import DELETE, Evaluation, evaluate, stack_config_with, stack_file_config
-from pulumi_project import PROJECT, PulumiProject, Result
+from pulumi_project import PulumiProject, Result
 from trainer import contract
 from trainer_testing import resumed_lines
 from waiting import wait_for
+from demo.stack import write_stack_config
 from toolchain.cluster import LocalCluster
 from toolchain.cluster.cgroups import cgroup_mounts
 
@@ -77,11 +77,7 @@ class EngineStack:
     def up(self, **overrides: Any) -> list[dict[str, Any]]:
         """`pulumi up`; returns the objects it applied, as the mock evaluation of the same config shows them."""
         values = stack_config_with("dev", kubernetes__renderDir=DELETE, **{**self.defaults, **overrides})
-        stack_file = self.project.stack_file(self.stack)
-        document = yaml.safe_load(stack_file.read_text())
-        document["config"] = {f"{PROJECT}:{key}": value for key, value in values.items()}
-        # Every scalar quoted: the engine reads YAML 1.2, where an unquoted 1e-3 is a number.
-        stack_file.write_text(yaml.safe_dump(document, default_style='"'))
+        write_stack_config(self.project.stack_file(self.stack), values)
         result = self.project.run("up", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never", check=False)
         ENGINE_COMMANDS.append("up")
         if result.returncode != 0:

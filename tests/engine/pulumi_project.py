@@ -21,21 +21,15 @@ from typing import Iterator, Optional
 import pytest
 import yaml
 
+from ddp_infra.names import PROJECT
+from demo.stack import PROGRAM_DIRS, PROGRAM_FILES, file_backend_url
+
 REPO = Path(__file__).resolve().parents[2]
-PROJECT = "ddp-infra"
-PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "requirements.txt")
-PROJECT_DIRS = ("ddp_infra", "trainer", "stacks")
+PROJECT_DIRS = (*PROGRAM_DIRS, "stacks")
 PASSPHRASE = "engine-tests-passphrase"
 # The engine starts Python and the provider on every command; on a busy 2-core machine that alone
 # takes tens of seconds, so the bound is wide: it is there to stop a hang, not to time anything.
 COMMAND_TIMEOUT_S = 600
-
-
-def file_backend_url(state_dir: Path) -> str:
-    """The login the README gives: a file backend that writes no `.attrs` sidecar beside a checkpoint.
-    The sidecar is written in place, and the program's read of its own last outputs during an up
-    fails on a half-written one."""
-    return f"{state_dir.as_uri()}?metadata=skip"
 
 
 def user_database_home() -> Path:
@@ -155,7 +149,7 @@ class PulumiProject:
         self.dir.mkdir(parents=True)
         self.backend = backend or root / "state"
         self.backend.mkdir(exist_ok=True)
-        for name in PROJECT_FILES:
+        for name in PROGRAM_FILES:
             shutil.copy2(source / name, self.dir / name)
         for name in PROJECT_DIRS:
             shutil.copytree(source / name, self.dir / name, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))

@@ -15,13 +15,13 @@ from typing import Any, Optional
 
 import kubernetes_validate
 import pulumi
-import yaml
 from pulumi.runtime import mocks, rpc
 
 from ddp_infra import config as stack_config
 from ddp_infra import program
 from ddp_infra.components.trainer import TYPES as WORKLOAD_TYPES
 from ddp_infra.names import PROJECT
+from demo.stack import committed_stack_config as stack_file_config
 
 REPO = Path(__file__).resolve().parents[2]
 STACKS = ("dev", "prod")
@@ -156,13 +156,6 @@ def validate_manifest(manifest: dict[str, Any]) -> None:
         (replicated,) = manifest["spec"]["replicatedJobs"]
         manifest = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": manifest["metadata"]["name"]}, **replicated["template"]}
     kubernetes_validate.validate(manifest, "1.31", strict=True)
-
-
-def stack_file_config(stack: str) -> dict[str, Any]:
-    """`stacks/Pulumi.<stack>.yaml` as {key without project prefix: value}."""
-    document = yaml.safe_load((REPO / "stacks" / f"Pulumi.{stack}.yaml").read_text())
-    prefix = f"{PROJECT}:"
-    return {key[len(prefix):]: value for key, value in document["config"].items() if key.startswith(prefix)}
 
 
 def with_path(values: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
