@@ -65,7 +65,14 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path):
     halves, _ = train(tmp_path, "halves", [*SMOKE, "--epochs", "1", "--batch", "128", "--grad-accum", "2"])
     assert whole["steps"] == halves["steps"] == "16"
     assert float(halves["val_loss"]) == pytest.approx(float(whole["val_loss"]), rel=1e-4)
-    assert float(halves["params_sum"]) == pytest.approx(float(whole["params_sum"]), rel=1e-3)
+    # Weight by weight: the sum of all weights (params_sum) nearly cancels, so its relative error is no
+    # measure. Adam turns a gradient's last-bit difference near zero into a step-sized one for a few
+    # weights (up to 2e-4 of 32768 seen), so each weight may differ by a third of a step, and the mean by little.
+    whole_weights, halves_weights = (torch.load(tmp_path / run / "epoch-1" / "model.pt", weights_only=True) for run in ("whole", "halves"))
+    assert set(halves_weights) == set(whole_weights)
+    for name, weight in whole_weights.items():
+        torch.testing.assert_close(halves_weights[name], weight, rtol=1e-3, atol=1e-3, msg=lambda m: f"{name}: {m}")
+        assert (halves_weights[name] - weight).abs().mean() < 1e-5, name
 
 
 @pytest.mark.timeout(240)
