@@ -6,6 +6,8 @@ pass them (objects as JSON, scalars as stored), so the committed stack files are
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import functools
 import json
@@ -251,6 +253,26 @@ def plain_strings(value: Any) -> list[str]:
     if isinstance(value, (list, tuple)):
         return [s for v in value for s in plain_strings(v)]
     return [value] if isinstance(value, str) else []
+
+
+def holds_in_plain_text(value: Any, secret: str) -> bool:
+    """Whether `secret` can be read in `value` outside Pulumi secrets: inside any string, as
+    written or base64-encoded (a Secret's `data`), or inside a string that decodes from base64."""
+    encoded = {secret, base64.b64encode(secret.encode()).decode(), base64.urlsafe_b64encode(secret.encode()).decode()}
+    for text in plain_strings(value):
+        if any(form in text for form in encoded) or secret in _base64_decoded(text):
+            return True
+    return False
+
+
+def _base64_decoded(text: str) -> str:
+    """`text` decoded as standard or URL-safe base64; "" when it is neither."""
+    for alphabet in (None, b"-_"):
+        try:
+            return base64.b64decode(text, altchars=alphabet, validate=True).decode(errors="replace")
+        except (binascii.Error, ValueError):
+            pass
+    return ""
 
 
 @functools.cache

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 
 import pulumi
 import pytest
+from pulumi.runtime import rpc
 
 import infra_harness as harness
 
@@ -28,8 +30,19 @@ def test_token_reaches_only_the_secret_and_only_wrapped(with_secret_token):
     assert evaluation.error is None, str(evaluation.error)
     secret = evaluation.one(SECRET)
     for resource in evaluation.registered:
-        assert TOKEN not in harness.plain_strings(resource.inputs), f"{resource.name} holds the token in plain text"
+        assert not harness.holds_in_plain_text(resource.inputs, TOKEN), f"{resource.name} holds the token in plain text"
     assert secret.manifest["stringData"] == {"token": TOKEN}  # it is there, but only inside a secret
+
+
+def test_the_plain_text_check_finds_the_token_inside_longer_values_and_in_base64():
+    inside = {"env": [{"name": "X", "value": f"Bearer {TOKEN};"}]}
+    encoded = {"data": {"token": base64.b64encode(TOKEN.encode()).decode()}}
+    encoded_inside = {"data": {"cfg": base64.b64encode(f"token={TOKEN}\n".encode()).decode()}}
+    url_safe = {"annotation": base64.urlsafe_b64encode(f"{TOKEN}??>>".encode()).decode()}
+    for value in (inside, encoded, encoded_inside, url_safe):
+        assert harness.holds_in_plain_text(value, TOKEN), value
+    wrapped = {"data": {rpc._special_sig_key: rpc._special_secret_sig, "value": TOKEN}}
+    assert not harness.holds_in_plain_text({"env": "hf_other", "secret": wrapped}, TOKEN)
 
 
 @pulumi.runtime.test
@@ -45,7 +58,7 @@ def test_pods_read_the_token_from_the_secret(with_secret_token):
 @pulumi.runtime.test
 def test_token_is_not_in_outputs(with_secret_token):
     evaluation = with_secret_token
-    assert TOKEN not in repr(evaluation.outputs)
+    assert TOKEN not in repr(evaluation.outputs) and not harness.holds_in_plain_text(evaluation.outputs, TOKEN)
     assert not evaluation.secret_outputs  # nothing exported derives from the token
 
 
