@@ -5,6 +5,7 @@ the images imported into its store (there is no registry to pull from). The stor
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +14,13 @@ from pathlib import Path
 from .namespaces import NodeNamespace
 from .network import POD_CIDR
 from .processes import ClusterError, Daemons
+
+
+# A store holds an imported image twice, its blobs and its unpacked snapshot: the 5.4-GB trainer
+# archive made a 12-GB store. Beyond the images, the pods' writable layers, logs and local volumes
+# need room, and the kubelet reclaims images (which it cannot pull again) when the disk is 99% full.
+STORE_FACTOR = 2.25
+HEADROOM = 4 * 2**30
 
 
 class Containerd:
@@ -73,6 +81,7 @@ state = "/run/containerd"
 
     def import_images(self, images: dict[str, tuple[str, Path]]) -> None:
         present = set(self.ctr("images", "ls", "-q").stdout.split())
+        self.ensure_room({ref: tar for ref, tar in images.values() if ref not in present})
         for ref, tar in images.values():
             if ref in present:
                 continue
@@ -82,6 +91,20 @@ state = "/run/containerd"
                 raise ClusterError(f"ctr images import {tar} failed:\n{result.stderr}")
             print(f"[cluster] imported {ref} in {time.monotonic() - began:.0f} s", file=sys.stderr)
         self.prune({ref for ref, _ in images.values()})
+
+    def ensure_room(self, imports: dict[str, Path]) -> None:
+        """Refuses, before anything is imported, a store whose disk cannot take the images and the pods."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        images = sum(tar.stat().st_size for tar in imports.values()) * STORE_FACTOR
+        needed, free = images + HEADROOM, shutil.disk_usage(self.root).free
+        if free < needed:
+            what = f"{', '.join(imports)}: {_gb(images)} in the store, and " if imports else ""
+            raise ClusterError(
+                f"the cluster needs {_gb(needed)} free on the disk of {self.root} ({what}{_gb(HEADROOM)} for its pods), "
+                f"and {_gb(free)} is free. Make room: each cluster name keeps a store of its own under "
+                f"{self.root.parent.parent}; remove those of clusters you no longer use (`python -m toolchain.cluster down "
+                f"--name NAME`, then remove {self.root.parent.parent}/NAME)."
+            )
 
     def digests(self) -> dict[str, str]:
         """{ref: manifest digest} of every image in the store (CRI's sha256:<id> refs too)."""
@@ -102,3 +125,7 @@ state = "/run/containerd"
         result = self.ctr("images", "tag", "--force", source, target)
         if result.returncode != 0:
             raise ClusterError(f"ctr images tag {source} {target} failed:\n{result.stderr}")
+
+
+def _gb(size: float) -> str:
+    return f"{size / 2**30:.1f} GiB"
