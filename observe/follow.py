@@ -170,6 +170,8 @@ class Follower:
             say("[start] no checkpoint yet: the world trains from the start")
         elif row.startswith((log.REJOIN, log.STOPPED)):
             say(f"[re-form] {row.split(' ', 1)[1]}")
+        elif row.startswith(log.HANG):
+            say(f"[hang] {row[len(log.HANG):].strip()}")
         elif row.startswith(log.RENDEZVOUS_STARTED):
             say("[wait] rendezvous: torchrun waits for every pod of the world to join")
         elif row.startswith(log.PREFLIGHT_WAIT):

@@ -14,6 +14,7 @@ TRAIN, EPOCH, DONE = "[TRAIN]", "[EPOCH]", "[DONE]"
 SAVED = re.compile(r"\[CKPT\] saved (ckpt-(\d+))")
 RESUMED, SCRATCH = "[CKPT] resumed from", "[CKPT] no checkpoint"
 REJOIN, STOPPED = "[DDP] re-joining", "[STOP]"
+HANG = "[HANG]"  # the hang watch's verdict (trainer/hang_watch.py), from the lowest rank not to blame
 RENDEZVOUS_STARTED, RENDEZVOUS_DONE = "[DDP] torchrun ", "[DDP] process "
 PREFLIGHT_WAIT = "[PREFLIGHT] waiting for"
 

@@ -136,6 +136,20 @@ PET_RDZV_ENDPOINT = EnvVar("PET_RDZV_ENDPOINT", "= MASTER_ADDR:MASTER_PORT")
 PET_RDZV_ID = EnvVar("PET_RDZV_ID", "= RDZV_ID")
 PET_MAX_RESTARTS = EnvVar("PET_MAX_RESTARTS", "= MAX_RESTARTS")
 
+# --- the hang watch (trainer/hang_watch.py) --------------------------------------------------
+HANG_TIMEOUT_FLOOR = EnvVar(
+    "HANG_TIMEOUT_FLOOR",
+    "seconds: the least time without training progress that counts as a hang (the bound is 10 x the slowest "
+    "recent step, kept between the floor and the ceiling)",
+    required=False,
+)
+HANG_TIMEOUT_CEILING = EnvVar(
+    "HANG_TIMEOUT_CEILING",
+    "seconds: the most time without training progress before the world is torn down and re-formed from its "
+    "newest checkpoint; 0 turns hang detection off",
+    required=False,
+)
+
 # --- what the user's own env (the stack's `env` map) or the image sets, and the trainer reads -----
 # Plain names, not EnvVars: the stack never sets them, and a user may.
 HF_HOME = "HF_HOME"  # the Hugging Face cache; the image puts it under /tmp

@@ -71,6 +71,13 @@ def main_decides(d: Dist, value: Any) -> Any:
     return pickle.loads(_to_bytes(buffer))
 
 
+def every_rank(d: Dist, value: Any) -> list[Any]:
+    """Each rank's `value`, by rank, on every rank (one collective: call it on every rank)."""
+    values: list[Any] = [None] * d.world_size
+    dist.all_gather_object(values, value)
+    return values
+
+
 def _to_tensor(data: bytes, length: int, device: torch.device) -> torch.Tensor:
     padded = bytearray(data.ljust(length, b"\0"))
     return torch.frombuffer(padded, dtype=torch.uint8).to(device) if length else torch.zeros(0, dtype=torch.uint8, device=device)

@@ -14,7 +14,7 @@ import hashlib
 import math
 import random
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from trainer import console, flops, throughput
 from trainer.checkpoint.record import CheckpointRecord
 from trainer.checkpoint.run_checkpoints import RunCheckpoints
 from trainer.distributed import Dist, sum_across
+from trainer.hang_watch import HangWatch, stragglers
 from trainer.load import params_sum, write_card
 from trainer.optimizer import make_adamw
 from trainer.outputs import RunDir, write_json
@@ -85,6 +86,7 @@ class Trainer:
     def __init__(self, task: Task, d: Dist, cfg: TrainConfig, run: RunDir, stop: StopRequest, run_name: str):
         self.task, self.d, self.cfg, self.run, self.stop, self.run_name = task, d, cfg, run, stop, run_name
         self.trackers: Trackers = NO_TRACKERS  # rank 0's own, set once resume() has found the step the run goes on from
+        self.watch = HangWatch.off()  # the world's hang watch, set while it trains
         self.model = task.model.to(d.device)
         if cfg.tf32:
             throughput.use_tf32(d.device)
@@ -202,7 +204,8 @@ class Trainer:
             val_loss = self.validate()
             last = {"epochs": self.progress.epoch, "train_loss": self.progress.last_train_loss, "val_loss": val_loss,
                     "val_ppl": _perplexity(val_loss), "best": f"epoch-{self.progress.best_epoch}"}  # fmt: skip
-        self.checkpoints.close()  # the last checkpoint is written and committed before the run reports done
+        with self.watch.busy("writing the last checkpoint"):
+            self.checkpoints.close()  # the last checkpoint is written and committed before the run reports done
         summary = {**last, "run": self.run_name, "steps": self.progress.global_step, "params_sum": params_sum(self.model),
                    "seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
         # every rank reports: equal lines across ranks show the replicas ended identical
@@ -222,14 +225,17 @@ class Trainer:
             self._step(batches, window)
             p.step_in_epoch += 1
             p.global_step += 1
+            self.watch.beat(p.global_step)
             p.samples_in_epoch += self.sampler.world_step
             p.samples_seen += self.sampler.world_step
             last = p.step_in_epoch == steps_in_epoch
             checkpoint_now = cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0 and not last
             if not (p.step_in_epoch % cfg.log_every == 0 or last or checkpoint_now):
                 continue  # the figures stay on the device: no host sync, no collective
-            loss_sum, units, stop, time_is_up = sum_across(
-                self.d, [window.loss_sum, window.units, float(self.stop.requested), float(self.checkpoints.time_is_up())]
+            forward_s = [0.0] * self.d.world_size
+            forward_s[self.d.rank] = window.forward_seconds()  # every rank's, after the sum
+            loss_sum, units, stop, time_is_up, *forward_s = sum_across(
+                self.d, [window.loss_sum, window.units, float(self.stop.requested), float(self.checkpoints.time_is_up()), *forward_s]
             )
             seconds = time.perf_counter() - window.started  # after the sync: the device's time, not the host's
             p.epoch_loss_sum += loss_sum
@@ -239,10 +245,12 @@ class Trainer:
             self.log(f"[TRAIN] epoch={p.epoch + 1}/{cfg.epochs} step={p.step_in_epoch}/{steps_in_epoch} "
                      f"global_step={p.global_step} samples={p.samples_seen} loss={loss_sum / units:.4f} lr={lr:.6e} "
                      f"{self.task.unit}/s={rate:.0f} per_process={rate / self.d.world_size:.0f} "
-                     f"step_ms={seconds / window.steps * 1e3:.1f} mfu={'n/a' if mfu is None else f'{mfu:.1%}'}")  # fmt: skip
+                     f"step_ms={seconds / window.steps * 1e3:.1f} mfu={'n/a' if mfu is None else f'{mfu:.1%}'}"
+                     + self._stragglers(forward_s))  # fmt: skip
             if stop:
                 self.save_checkpoint("sigterm")
-                self.checkpoints.close()  # exit only with the checkpoint on disk
+                with self.watch.busy("writing the SIGTERM checkpoint"):
+                    self.checkpoints.close()  # exit only with the checkpoint on disk
                 raise Stopped(f"stopped by SIGTERM at epoch {p.epoch + 1} step {p.step_in_epoch}, global step {p.global_step}")
             if checkpoint_now:
                 self.save_checkpoint("periodic")  # the epoch's last step is saved by the epoch end
@@ -257,7 +265,7 @@ class Trainer:
         for micro in range(accum):
             batch = to_device(next(batches), self.d.device)
             sync = micro == accum - 1
-            with nullcontext() if sync else self.ddp.no_sync(), self._autocast():
+            with nullcontext() if sync else self.ddp.no_sync(), self._autocast(), window.timing_forward():
                 loss, n = self.task.loss(self.step_model, batch)
             self.scaler.scale(loss / accum if accum > 1 else loss).backward()
             window.add(loss, n)
@@ -281,14 +289,15 @@ class Trainer:
                   "val_ppl": _perplexity(val_loss), f"{self.task.unit}_per_s": round(units / seconds, 1),
                   "seconds": round(seconds, 3), "best_epoch": p.best_epoch}  # fmt: skip
         if self.d.is_main:
-            directory = self.run.epoch_dir(epoch)
-            self.task.save(self.model, directory)
-            write_card(directory, self.model, self.task.card)
-            write_json(directory / "metrics.json", record)
-            self.run.append_metrics(record)
-            self.trackers.log_epoch(record)
-            if improved:
-                self.run.mark_best(epoch)
+            with self.watch.busy(f"writing epoch {epoch}'s model"):
+                directory = self.run.epoch_dir(epoch)
+                self.task.save(self.model, directory)
+                write_card(directory, self.model, self.task.card)
+                write_json(directory / "metrics.json", record)
+                self.run.append_metrics(record)
+                self.trackers.log_epoch(record)
+                if improved:
+                    self.run.mark_best(epoch)
         self.log(f"[EPOCH] {epoch}/{self.cfg.epochs} train_loss={train_loss:.4f} val_loss={val_loss!r} "
                  f"val_ppl={_perplexity(val_loss):.4f} {self.task.unit}/s={units / seconds:.0f} "
                  f"best=epoch-{p.best_epoch}")  # fmt: skip
@@ -308,6 +317,7 @@ class Trainer:
                 loss, n = self.task.loss(self.model, to_device(batch, self.d.device))
             loss_sum += loss.double() * n
             units += n
+            self.watch.beat()
         self.model.train()
         total, count = sum_across(self.d, [loss_sum, units])
         return total / count
@@ -317,10 +327,16 @@ class Trainer:
             return nullcontext()
         return torch.autocast(self.d.device.type, dtype=self.amp_dtype)
 
+    def _stragglers(self, forward_s: list[float]) -> str:
+        """` straggler=rank<r>@<pod>(+<slower>%)` for each rank whose forward passes were much slower."""
+        return "".join(f" straggler=rank{rank}@{self.watch.pods[rank]}(+{slower:.0%})"
+                       for rank, slower in stragglers(forward_s))  # fmt: skip
+
     def log(self, line: str) -> None:
         if self.d.is_main:
             console.line(line)
-            self.trackers.log_line(line)  # the figures of [TRAIN] lines
+            with self.watch.busy("sending the figures to the trackers"):
+                self.trackers.log_line(line)  # the figures of [TRAIN] lines
 
 
 class _Window:
@@ -331,6 +347,30 @@ class _Window:
         self.units = 0
         self.steps = 0
         self.started = time.perf_counter()
+        self._cuda = device.type == "cuda"
+        self._forward_s = 0.0
+        self._forward_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+
+    @contextmanager
+    def timing_forward(self):
+        """Times a forward pass, this rank's own work: on the host's clock, or the GPU's events on CUDA."""
+        if self._cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self._forward_events.append((start, end))
+        else:
+            started = time.perf_counter()
+            yield
+            self._forward_s += time.perf_counter() - started
+
+    def forward_seconds(self) -> float:
+        if self._forward_events:
+            self._forward_events[-1][1].synchronize()  # the last forward is done; the backward may still run
+            self._forward_s += sum(start.elapsed_time(end) for start, end in self._forward_events) / 1e3
+            self._forward_events.clear()
+        return self._forward_s
 
     def add(self, loss: torch.Tensor, units: int) -> None:
         """One micro-batch's mean loss over its `units`: a single kernel, no host sync."""

@@ -21,6 +21,7 @@ from trainer import contract as c
 from trainer import console, distributed, tracking
 from trainer.tasks.lm import task as lm_task
 from trainer.tasks import smoke
+from trainer.hang_watch import HangLimits, HangWatch, own_pod
 from trainer.loop import Stopped, TrainConfig, Trainer
 from trainer.outputs import RunDir
 from trainer.stop import EXIT_STOPPED, StopRequest
@@ -70,6 +71,12 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grad-compression", choices=tuple(GRAD_COMPRESSION), default="none",
                         help="bf16: all-reduce gradients in bf16, half the bytes on the network (default none)")  # fmt: skip
     parser.add_argument("--pg-timeout", type=float, default=1800, help="seconds a collective may wait for a peer")
+    limits = HangLimits.from_env()
+    parser.add_argument("--hang-timeout-floor", type=seconds, default=limits.floor_s,
+                        help=f"seconds without progress that always count as a slow step, never a hang (env {c.HANG_TIMEOUT_FLOOR.name})")  # fmt: skip
+    parser.add_argument("--hang-timeout-ceiling", type=seconds, default=limits.ceiling_s,
+                        help=f"seconds without progress that always count as a hang: the world is torn down and re-formed "
+                             f"from its newest checkpoint; 0: no hang detection (env {c.HANG_TIMEOUT_CEILING.name})")  # fmt: skip
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -102,8 +109,10 @@ def train(args: argparse.Namespace, d: distributed.Dist, stop: StopRequest) -> N
     trainer.resume()
     trackers = (tracking.open_trackers(run.root, args.run_name, vars(args), trainer.progress.global_step, stop)
                 if d.is_main else tracking.NO_TRACKERS)  # fmt: skip
-    with trackers:
-        trainer.trackers = trackers
+    pods = distributed.every_rank(d, own_pod())  # for the hang watch's and the straggler's names
+    watch = HangWatch(d.rank, pods, HangLimits(args.hang_timeout_floor, args.hang_timeout_ceiling))
+    with trackers, watch:
+        trainer.trackers, trainer.watch = trackers, watch
         trackers.log_result(trainer.fit())
 
 

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from observe import rank0_log as log
+from observe.follow import Follower
 from observe.progress import CLEAR_LINE, Progress
 from toolchain.apiserver import free_port
 from trainer.console import fields, tagged
@@ -80,3 +81,12 @@ def test_a_new_world_starts_the_eta_again_and_lines_print_above_the_bar_on_a_ter
     text = out.getvalue()
     assert "\n" not in text.replace(f"{CLEAR_LINE}[re-form] resumed\n", "")  # the bar is redrawn in place
     assert text.endswith("ETA …")  # the new world's pace is not known from one line
+
+
+def test_the_hang_watch_s_verdict_is_said_in_one_line():
+    out = io.StringIO()
+    follower = Follower(kubectl=None, world=None, out=out)
+    verdict = ("[HANG] no training progress for 36 s (bound 30 s) after global step 17: rank 1 stopped running "
+               "(no heartbeat): rank 1 in pod trainer-1 (at global step 17 or later: its last heartbeat's); rank 0 ends the world")  # fmt: skip
+    follower._line(verdict)
+    assert out.getvalue() == f"[hang] {verdict[len('[HANG] '):]}\n"

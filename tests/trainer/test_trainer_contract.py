@@ -12,7 +12,7 @@ from trainer import contract as c
 pytestmark = pytest.mark.timeout(30)
 
 # Variables that are not the pod's: torchrun sets them for each worker, the NVIDIA runtime its devices.
-NOT_POD_ENV = {"RANK", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES"}
+NOT_POD_ENV = {"RANK", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_RESTART_COUNT"}
 
 
 def env_names_written_as_literals(tree: ast.AST) -> set[str]:

@@ -10,16 +10,18 @@ import json
 import math
 import os
 import signal
+import threading
 import time
 
 import pytest
 from waiting import wait_for
 from trainer_testing import (
     SMOKE_ARGS, clean_env, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env, resumed_lines, same_result,
-    worker_pids,
+    train_lines, worker_pids,
 )
 
 from trainer import contract as c
+from trainer.hang_watch import EXIT_HUNG
 
 # Long enough to be interrupted part-way: 64 optimizer steps of a 1M-parameter MLP, a checkpoint every 8.
 LONG_ARGS = [
@@ -107,6 +109,69 @@ def test_a_killed_worker_resumes_from_the_checkpoint_and_ends_as_an_uninterrupte
     assert resumed, logs[-4000:]
     assert int(resumed[-1].split("ckpt-")[1][:8]) >= 16
     assert_both_ranks_end_with((first, second), expected)
+
+
+@pytest.mark.timeout(360)
+def test_a_frozen_worker_is_found_by_the_hang_watch_and_the_world_re_forms_exactly(spawn, tmp_path, reference_result):
+    """Pod 1's training process stops (SIGSTOP: a stuck GPU, a frozen host): pod 0 waits in a
+    collective, finds the hang within the default bound (30 s, well before --pg-timeout's 60),
+    names the frozen rank and ends the world; the torchruns re-form it from the checkpoint."""
+    expected = reference_result(LONG_ARGS)
+    first, second = two_pods_past_step_16(spawn, tmp_path, free_port())
+    victims = worker_pids(second.pid)
+    assert len(victims) == 1, f"expected one worker under ddp-1's agent, found {victims}"
+    os.kill(victims[0], signal.SIGSTOP)
+
+    first.wait_for(lambda text: "[HANG]" in text, 90, "the hang watch's verdict")
+    hang = next(line for line in first.text().splitlines() if line.startswith("[HANG]"))
+    frozen_rank = rank_of_pod(first.text() + second.text(), pod_index=1)
+    # "stopped running (no heartbeat)", or, when it is rank 0, "whose process hosts the world's store"
+    assert f"rank {frozen_rank} in pod ddp-1" in hang, hang
+    assert f"exit {EXIT_HUNG}" in hang and "bound 30 s) after global step 1" in hang, hang
+
+    assert first.wait(240) == 0, first.text()
+    assert second.wait(60) == 0, second.text()
+    resumed = resumed_lines(first.text() + second.text())
+    assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16
+    assert_both_ranks_end_with((first, second), expected)
+
+
+def rank_of_pod(logs: str, pod_index: int) -> int:
+    """The global rank of the first world's process in pod `pod_index`, from its [DDP] process line."""
+    for line in logs.splitlines():
+        if line.startswith("[DDP] process ") and f"pod_index={pod_index} " in line:
+            return int(line.split("global_rank=")[1].split()[0])
+    raise AssertionError(f"no [DDP] process line of pod {pod_index}:\n{logs[-4000:]}")
+
+
+@pytest.mark.timeout(300)
+def test_a_slowed_worker_is_named_as_a_straggler_in_the_train_lines(spawn, tmp_path):
+    """Pod 1's process runs a quarter of the time (stopped and continued, as a throttled host would
+    be): rank 0's [TRAIN] lines name it, with its pod, among ranks whose forward passes are slow."""
+    first, second = two_pods_past_step_16(spawn, tmp_path, free_port())
+    victim = worker_pids(second.pid)[0]
+    throttling = threading.Event()
+
+    def throttle() -> None:
+        while not throttling.is_set():
+            os.kill(victim, signal.SIGSTOP)
+            throttling.wait(0.15)
+            os.kill(victim, signal.SIGCONT)
+            throttling.wait(0.05)
+
+    thread = threading.Thread(target=throttle, daemon=True)
+    thread.start()
+    try:
+        first.wait_for(lambda text: "straggler=" in text, 120, "a [TRAIN] line naming a straggler")
+    finally:
+        throttling.set()
+        thread.join()
+        os.kill(victim, signal.SIGCONT)
+    slow_rank = rank_of_pod(first.text() + second.text(), pod_index=1)
+    flagged = [line for line in train_lines(first.text()) if "straggler" in line]
+    assert {line["straggler"].split("(")[0] for line in flagged} == {f"rank{slow_rank}@ddp-1"}, flagged
+    assert first.wait(240) == 0, first.text()
+    assert second.wait(60) == 0, second.text()
 
 
 @pytest.mark.timeout(360)

@@ -132,6 +132,8 @@ def test_every_required_variable_is_required(name):
         (c.WORKLOAD_KIND.name, "deployment", "statefulset, job"),
         (c.NODE_RANK.name, "first", "whole number >= 0"),
         (c.RDZV_ENDPOINT.name, "no-port", "host:port"),
+        (c.HANG_TIMEOUT_FLOOR.name, "0", "whole number >= 1"),
+        (c.HANG_TIMEOUT_CEILING.name, "2m", "whole number >= 0"),
     ],
 )
 def test_malformed_values_are_named_with_what_is_allowed(name, value, expected):

@@ -169,16 +169,17 @@ def uninterrupted_result(args: list[str], out: Path) -> dict[str, str]:
 
 
 def worker_pids(pod_pid: int) -> list[int]:
-    """The training processes under a pod's entrypoint (not torchrun, whose command line names them too)."""
-    found = []
-    for pid in descendants(pod_pid):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"trainer.train" in cmdline and b"torch.distributed.run" not in cmdline:
-                found.append(pid)
-        except OSError:
-            continue
-    return found
+    """The training processes under a pod's entrypoint."""
+    return [pid for pid in descendants(pod_pid) if is_training_process(pid)]
+
+
+def is_training_process(pid: int) -> bool:
+    """A training process (torchrun's worker), not torchrun, whose command line names it too."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"trainer.train" in cmdline and b"torch.distributed.run" not in cmdline
 
 
 def write_corpus(directory: Path, seed: int = 0) -> None:

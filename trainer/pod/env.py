@@ -225,6 +225,9 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
     max_restarts = r.integer(c.MAX_RESTARTS.name, 0)
     wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, DEFAULT_MASTER_WAIT_TIMEOUT)
     shutdown = r.integer(c.SHUTDOWN_TIMEOUT.name, 0, required=False, default=DEFAULT_SHUTDOWN_TIMEOUT)
+    # read by the training processes (trainer/hang_watch.py): checked here, before torchrun starts them
+    r.integer(c.HANG_TIMEOUT_FLOOR.name, 1, required=False)
+    r.integer(c.HANG_TIMEOUT_CEILING.name, 0, required=False)
     _check_mirrors(r, env, endpoint)
     if r.problems:
         raise WorldError(r.problems)
