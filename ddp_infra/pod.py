@@ -108,6 +108,8 @@ def pod_env(world: World) -> list[dict[str, Any]]:
         contract.NCCL_DEBUG.name: {"value": config.network.nccl_debug},
         contract.TORCH_NCCL_ASYNC_ERROR_HANDLING.name: {"value": _flag(config.network.async_error_handling)},
         contract.PET_RDZV_ENDPOINT.name: {"value": endpoint},
+        contract.HANG_TIMEOUT_FLOOR.name: {"value": str(config.workload.hang_timeout.floor_seconds)},
+        contract.HANG_TIMEOUT_CEILING.name: {"value": str(config.workload.hang_timeout.ceiling_seconds)},
     }
     if config.network.infiniband:
         for var, value in ((contract.NCCL_IB_HCA, config.network.ib_hca), (contract.NCCL_IB_GID_INDEX, config.network.ib_gid_index)):

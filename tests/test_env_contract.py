@@ -18,6 +18,7 @@ from ddp_infra import config as stack_config
 from ddp_infra import pod as infra_pod
 from ddp_infra.world import World as InfraWorld
 from trainer import contract
+from trainer.hang_watch import HangLimits
 from trainer.pod.launch import torchrun_argv
 from trainer.pod.preflight import FAIL, OK, check_infiniband
 from trainer.pod.env import WorldError, resolve_world
@@ -171,6 +172,24 @@ def test_workers_get_the_grace_period_less_a_margin_to_checkpoint(grace, shutdow
     seen = resolve_world(kubelet_env(infra_pod.pod_env(world), pod, {}), hostname)
     assert seen.shutdown_timeout == shutdown
     assert f"--shutdown-timeout={shutdown}" in torchrun_argv(seen, list(parsed.run.args))
+
+
+@pytest.mark.parametrize("stack", harness.STACKS)
+@pytest.mark.parametrize("floor, ceiling", [(None, None), ("45", "900"), ("5", "0"), ("60", "60")])
+def test_the_configured_hang_timeout_reaches_every_pod(stack, floor, ceiling):
+    """workload.hangTimeout is what each pod's HANG_TIMEOUT_FLOOR and HANG_TIMEOUT_CEILING read
+    (unset: the model's defaults, the trainer's own; ceiling 0 turns hang detection off)."""
+    changes = {} if floor is None else {"workload__hangTimeout": {"floorSeconds": floor, "ceilingSeconds": ceiling}}
+    parsed, world = configured(stack, nodes="4", **changes)
+    expected = (floor or "30", ceiling or "120")
+    assert (str(parsed.workload.hang_timeout.floor_seconds), str(parsed.workload.hang_timeout.ceiling_seconds)) == expected
+    env = infra_pod.pod_env(world)
+    for index in (0, 3):
+        pod, hostname = pod_of(world, index)
+        seen = kubelet_env(env, pod, {})
+        assert (seen[contract.HANG_TIMEOUT_FLOOR.name], seen[contract.HANG_TIMEOUT_CEILING.name]) == expected
+        assert resolve_world(seen, hostname).node_rank == index  # the entrypoint accepts them
+        assert HangLimits.from_env(seen) == HangLimits(float(expected[0]), float(expected[1]))  # the training processes read them
 
 
 @pytest.mark.parametrize("stack, asked", [("prod", True), ("dev", False)])

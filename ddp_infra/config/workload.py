@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 from trainer import contract
 
-from .scalars import Duration, Model, WorkloadName, pattern
+from .scalars import Duration, Model, WorkloadName, field_problem, pattern
 
 
 class RunConfig(Model):
@@ -18,6 +18,28 @@ class RunConfig(Model):
     args: tuple[str, ...] = Field(
         contract.DEFAULT_TRAIN_ARGS, min_length=1, description="What you would write after `torchrun`: script or -m module and its arguments."
     )
+
+
+_DAY = 86400
+
+
+class HangTimeoutConfig(Model):
+    floor_seconds: int = Field(
+        30, ge=5, le=3600,
+        description="HANG_TIMEOUT_FLOOR: the least time without training progress that counts as a hang (the bound is 10 x the slowest recent step, kept between floor and ceiling).",
+    )
+    ceiling_seconds: int = Field(
+        120, ge=0, le=_DAY,
+        description="HANG_TIMEOUT_CEILING: the most time without training progress before the world is torn down and re-formed from its newest checkpoint. 0: no hang detection.",
+    )
+
+    @model_validator(mode="after")
+    def _ceiling_not_below_the_floor(self) -> "HangTimeoutConfig":
+        if self.ceiling_seconds and self.ceiling_seconds < self.floor_seconds:
+            raise field_problem(
+                ("ceilingSeconds",), f"0 (off) or an integer from floorSeconds ({self.floor_seconds}) to {_DAY}", self.ceiling_seconds
+            )
+        return self
 
 
 class WorkloadConfig(Model):
@@ -43,4 +65,8 @@ class WorkloadConfig(Model):
     )
     ttl_seconds_after_finished: int = Field(
         86400, ge=0, le=30 * 86400, description="job, jobset: seconds a finished Job or JobSet and its pods are kept."
+    )
+    hang_timeout: HangTimeoutConfig = Field(
+        HangTimeoutConfig(),
+        description="When a rank without training progress counts as hung: the world is then torn down and re-formed from its newest checkpoint.",
     )

@@ -98,6 +98,12 @@ MALFORMED = [
     ("workload-kind", {"workload.kind": "deployment"}, "ddp-infra:workload.kind", "'deployment'"),
     ("workload-name-long", {"workload.name": "t" * 53}, "ddp-infra:workload.name", "'ttt"),
     ("ready-timeout", {"workload.readyTimeout": "soon"}, "ddp-infra:workload.readyTimeout", "'soon'"),
+    ("hang-floor-zero", {"workload.hangTimeout.floorSeconds": "0"}, "ddp-infra:workload.hangTimeout.floorSeconds", "'0'"),
+    ("hang-ceiling-below-floor", {"workload.hangTimeout": {"floorSeconds": "60", "ceilingSeconds": "30"}},
+     "ddp-infra:workload.hangTimeout.ceilingSeconds", "30"),
+    ("hang-ceiling-negative", {"workload.hangTimeout.ceilingSeconds": "-1"}, "ddp-infra:workload.hangTimeout.ceilingSeconds", "'-1'"),
+    ("hang-ceiling-not-an-integer", {"workload.hangTimeout.ceilingSeconds": "2m"},
+     "ddp-infra:workload.hangTimeout.ceilingSeconds", "'2m'"),
     ("toleration-exists-value", {"scheduling.tolerations": [{"operator": "Exists", "value": "x"}]},
      "ddp-infra:scheduling.tolerations[0].value", "'x'"),
     ("affinity-typo", {"scheduling.affinity": {"nodeAfinity": {}}}, "ddp-infra:scheduling.affinity", "nodeAfinity"),
@@ -181,6 +187,8 @@ def test_an_unknown_key_is_answered_with_every_key_a_stack_may_set():
     ("nodes", "0", "an integer from 1 to 1024"),
     ("nodes", "4.5", "an integer from 1 to 1024"),
     ("rendezvous.port", "80", "an integer from 1024 to 65535"),
+    ("workload.hangTimeout.floorSeconds", "0", "an integer from 5 to 3600"),
+    ("workload.hangTimeout", {"floorSeconds": "60", "ceilingSeconds": "30"}, "0 (off) or an integer from floorSeconds (60) to 86400"),
     ("scheduling.tolerations", [{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": -1}], "an integer from 0"),
 ])  # fmt: skip
 @pulumi.runtime.test
