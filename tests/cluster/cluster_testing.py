@@ -15,7 +15,7 @@ from ddp_infra.claim_changes import ClaimChangeRefused
 from infra_harness import DELETE, Evaluation, evaluate, stack_config_with, stack_file_config
 from pulumi_project import PulumiProject, Result
 from trainer import contract
-from trainer_testing import resumed_lines
+from trainer_testing import is_training_process, resumed_lines, uninterrupted_result
 from waiting import wait_for
 from demo.stack import write_stack_config
 from toolchain.cluster import LocalCluster
@@ -43,6 +43,13 @@ DISRUPTED_RUN = [
 # The smoke task made long enough to look inside its pods while it trains.
 LONG_RUN = ["-m", "trainer.train", "smoke", "--epochs", "500", "--batch", "256", "--samples", "65536",
             "--features", "128", "--classes", "4", "--lr", "3e-3", "--seed", "42", "--checkpoint-every", "0"]  # fmt: skip
+
+
+def pod_reference_result(args: list[str], out: Path) -> dict[str, str]:
+    """What an uninterrupted world of 2 ends with, computed on this machine as a pod's worker computes:
+    on torch's default number of threads, every CPU of the node (the dev stack sets no CPU limit).
+    Their number changes float sums on some CPUs: seen params_sum -6.3180 on 1 thread, -6.3172 on 2."""
+    return uninterrupted_result(args, out, threads=len(os.sched_getaffinity(0)))
 
 
 def pause_pod_resources(cpu: str) -> dict[str, str]:
@@ -224,8 +231,8 @@ def pod_resumed_lines(cluster: LocalCluster, index: int = 0) -> list[str]:
     return resumed_lines(all_logs(cluster, NAMESPACE, found[index]["metadata"]["name"]))
 
 
-def container_pid(cluster: LocalCluster, pod: str) -> int:
-    """PID 1 of the pod's container: of the processes in its cgroup, the one whose parent (the shim) is not."""
+def container_processes(cluster: LocalCluster, pod: str) -> dict[int, int]:
+    """Every process of the pod's container, seen from the node (its cgroup): pid -> parent pid."""
     status = get(cluster, "pod", pod, NAMESPACE)["status"]["containerStatuses"][0]
     container_id = status["containerID"].split("://", 1)[1]
     inside = {}
@@ -235,9 +242,25 @@ def container_pid(cluster: LocalCluster, pod: str) -> int:
                 inside[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError):
             continue
+    return inside
+
+
+def container_pid(cluster: LocalCluster, pod: str) -> int:
+    """PID 1 of the pod's container: of the processes in its cgroup, the one whose parent (the shim) is not."""
+    inside = container_processes(cluster, pod)
     first = [pid for pid, parent in inside.items() if parent not in inside]
-    assert len(first) == 1, f"pod {pod}'s container {container_id[:12]}: processes {inside}"
+    assert len(first) == 1, f"pod {pod}'s container: processes {inside}"
     return first[0]
+
+
+def freeze_training(cluster: LocalCluster, pod: str) -> list[int]:
+    """SIGSTOP to the pod's training processes from the node, as a stuck GPU or host leaves them:
+    torchrun and the entrypoint still run. Returns their pids."""
+    frozen = [pid for pid in container_processes(cluster, pod) if is_training_process(pid)]
+    assert frozen, f"no training process in pod {pod}"
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    return frozen
 
 
 def kill_container(cluster: LocalCluster, pod: str) -> None:

@@ -14,11 +14,11 @@ import json
 import time
 
 import pytest
-from trainer_testing import done_lines, epoch_records, same_result, uninterrupted_result
+from trainer_testing import done_lines, epoch_records, same_result
 
 from cluster_testing import (
     CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, WORKLOAD, all_logs, get, kill_container,
-    newest_checkpoint, pod_resumed_lines, run_dir, wait_for, world_pods, world_running,
+    newest_checkpoint, pod_reference_result, pod_resumed_lines, run_dir, wait_for, world_pods, world_running,
 )  # fmt: skip
 from trainer import contract
 
@@ -112,7 +112,7 @@ def test_the_dev_run_completes_as_a_jobset(controllers_cluster, controllers_dev_
 
 def test_losing_any_pod_restarts_the_whole_world_from_its_checkpoint(controllers_cluster, controllers_dev_image, controllers_stack, tmp_path):
     cluster = controllers_cluster
-    expected = uninterrupted_result(RUN_ARGS, tmp_path)
+    expected = pod_reference_result(RUN_ARGS, tmp_path)
     controllers_stack.up(run__args=RUN_ARGS, **JOBSET)
     wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
     figures = {}

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from trainer_testing import done_lines, same_result, uninterrupted_result
+from trainer_testing import done_lines, same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, all_logs, evict, get, job_condition,
-    kill_container, newest_checkpoint, pod_name, pod_resumed_lines, pods, run_dir, wait_for, wait_for_checkpoint_after,
-    wait_for_world, world_pods,
+    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, all_logs, evict, freeze_training, get,
+    job_condition, kill_container, newest_checkpoint, pod_name, pod_reference_result, pod_resumed_lines, pods, run_dir, wait_for,
+    wait_for_checkpoint_after, wait_for_world, world_pods,
 )  # fmt: skip
 from ddp_infra.claim_changes import ClaimChangeRefused
 from trainer import contract
@@ -50,7 +50,7 @@ def wait_for_reform(cluster, seen: int, timeout: float = 300) -> tuple[str, floa
 
 
 def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(cluster, dev_stack, tmp_path):
-    expected = uninterrupted_result(RUN_ARGS, tmp_path)
+    expected = pod_reference_result(RUN_ARGS, tmp_path)
     dev_stack.up(run__args=RUN_ARGS)
     wait_for_world(cluster)
     figures = {}
@@ -75,6 +75,35 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
     finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
     assert sorted(line["rank"] for line in finals) == ["0", "1"]
     # The same final loss and weights as a world that was never disrupted: the resumes were exact.
+    assert [same_result(line) for line in finals] == [expected, expected]
+
+
+# The disrupted run with the product's default --pg-timeout (30 minutes): only the hang watch can end a hang in time.
+HANG_RUN = RUN_ARGS[: RUN_ARGS.index("--pg-timeout")]
+
+
+def test_a_frozen_pod_is_found_by_the_hang_watch_and_the_world_re_forms_exactly(cluster, dev_stack, tmp_path):
+    """Pod 1's training process stops (SIGSTOP from the node: a stuck GPU or host; torchrun still
+    runs) under the product's defaults: the hang watch names it and ends the world within its
+    30-s floor, pod 1's torchrun stops the frozen process, and the world re-forms from the newest
+    checkpoint and ends as an uninterrupted run."""
+    expected = pod_reference_result(HANG_RUN, tmp_path)
+    dev_stack.up(run__args=HANG_RUN)
+    wait_for_world(cluster)
+    before = wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
+    seen = len(pod_resumed_lines(cluster))
+    pod_0, pod_1 = pod_name(cluster, 0), pod_name(cluster, 1)
+    freeze_training(cluster, pod_1)
+
+    line, seconds = wait_for_reform(cluster, seen)
+    print(f"\n[figures] pod 1's training process frozen: the world resumed {seconds:.1f} s later, from {line.split()[3]}")
+    assert resumed_step(line) >= before["step"], (line, before)
+    hangs = [row for row in all_logs(cluster, NAMESPACE, pod_0).splitlines() if row.startswith("[HANG]")]
+    assert len(hangs) == 1, hangs
+    assert f"in pod {pod_1}" in hangs[0] and "(bound 30 s)" in hangs[0], hangs[0]
+
+    assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
+    finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
     assert [same_result(line) for line in finals] == [expected, expected]
 
 

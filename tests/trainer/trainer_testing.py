@@ -158,9 +158,10 @@ def same_result(line: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in line.items() if k not in ("rank", "seconds", "run")}
 
 
-def uninterrupted_result(args: list[str], out: Path) -> dict[str, str]:
-    """The [DONE] result of an uninterrupted world of 2 processes (one pod, two workers) on this machine."""
-    env = clean_env(**pod_env("ref-0", free_port(), nnodes=1, nproc=2), OUT_DIR=str(out))
+def uninterrupted_result(args: list[str], out: Path, threads: int = 1) -> dict[str, str]:
+    """The [DONE] result of an uninterrupted world of 2 processes (one pod, two workers) on this machine,
+    each computing on `threads` threads (their number changes float sums on some CPUs)."""
+    env = clean_env(**pod_env("ref-0", free_port(), nnodes=1, nproc=2), OUT_DIR=str(out), OMP_NUM_THREADS=str(threads))
     code, text = run_to_end(entrypoint_command(args), env, out / "reference.log", timeout=240)
     assert code == 0, text[-4000:]
     lines = done_lines(text)
@@ -174,12 +175,14 @@ def worker_pids(pod_pid: int) -> list[int]:
 
 
 def is_training_process(pid: int) -> bool:
-    """A training process (torchrun's worker), not torchrun, whose command line names it too."""
+    """A training process (torchrun's worker, `python -m trainer.train`): not torchrun, and not the
+    entrypoint, whose command lines name the training module too."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"trainer.train" in cmdline and b"torch.distributed.run" not in cmdline
+    module = argv.index(b"-m") + 1 if b"-m" in argv else 0
+    return 0 < module < len(argv) and argv[module] == b"trainer.train"
 
 
 def write_corpus(directory: Path, seed: int = 0) -> None:
