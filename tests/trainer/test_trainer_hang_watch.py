@@ -109,7 +109,9 @@ def test_a_stalled_world_with_a_frozen_rank_ends_with_its_name(store_port, capsy
                 healthy.beat(step)
                 frozen.beat(step)
             wait_for(lambda: published_step(store_port, 1) == 3, 10, "rank 1's heartbeat at step 3 in the store")
-        # rank 1's process stops: no heartbeat, no step; rank 0 waits for it in its next collective
+        # rank 1's process stops: no heartbeat, no step; rank 0 waits for it in its next collective,
+        # from now (not from its step, which a slow wait above could put past the bound while rank 1 still beat)
+        healthy.beat(3)
         wait_for(lambda: exits, 30, "the healthy rank ending its process")
     assert exits == [(0, EXIT_HUNG)]
     out = capsys.readouterr().out
