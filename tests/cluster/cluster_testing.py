@@ -32,11 +32,13 @@ SERVICE = f"{WORKLOAD}-rdzv"
 NODES = int(DEV["nodes"])
 MASTER = f"{WORKLOAD}-0.{SERVICE}"
 TEST_DOMAIN = "ddp-infra.test"  # the test cluster's domain
-# 3 epochs of 32 steps of a 1M-parameter MLP in a world of 2, a checkpoint every 8: long enough to
-# lose pods (three times) after a checkpoint, short enough to finish.
+# 8 epochs of 32 steps of a 1M-parameter MLP in a world of 2, a checkpoint every 8: long enough to
+# lose pods (three times) after a checkpoint before the run ends, short enough to finish. With 3
+# epochs and a step of 70 ms, about 2 s of training were left after the third loss's checkpoint,
+# and once no world re-formed after that loss.
 CHECKPOINT_EVERY = 8
 DISRUPTED_RUN = [
-    "-m", "trainer.train", "smoke", "--epochs", "3", "--batch", "256", "--samples", "16384", "--features", "512",
+    "-m", "trainer.train", "smoke", "--epochs", "8", "--batch", "256", "--samples", "16384", "--features", "512",
     "--hidden", "2048", "--classes", "4", "--lr", "1e-3", "--seed", "7", "--checkpoint-every", str(CHECKPOINT_EVERY),
     "--log-every", "8", "--pg-timeout", "60",
 ]  # fmt: skip
