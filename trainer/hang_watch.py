@@ -91,12 +91,15 @@ class Verdict:
     reporter: int  # the rank that prints the [HANG] line
 
 
-def judge(first: dict[int, Heartbeat | None], second: dict[int, Heartbeat | None], pods: list[str]) -> Verdict | None:
+def judge(first: dict[int, Heartbeat | None] | None, second: dict[int, Heartbeat | None] | None, pods: list[str]) -> Verdict | None:
     """Who the world waits on: the ranks whose process did not beat between the two readings (frozen),
     else the ranks furthest behind; None when a live rank is busy with work it declared (no hang).
 
-    A rank missing from a reading (its heartbeat unreadable) counts as frozen.
+    A rank missing from a reading (its heartbeat unreadable) counts as frozen; a reading that is
+    None (the store did not answer) blames rank 0, whose process hosts the store.
     """
+    if first is None or second is None:
+        return Verdict((0,), f"rank 0 in pod {pods[0]}, whose process hosts the world's store, does not answer", 1)
     frozen = tuple(r for r in sorted(second) if second[r] is None or first.get(r) is None
                    or second[r].beats == first[r].beats)  # fmt: skip
     if frozen:
@@ -239,12 +242,7 @@ class HangWatch:
             stalled = self.stalled_for()
             if self._stopped.is_set() or stalled <= bound:
                 continue  # the world moved on: a slow step, not a hang
-            if first is None or second is None:
-                # rank 0's process hosts the world's store: when the store does not answer, it is frozen
-                why = f"rank 0 in pod {self.pods[0]}, whose process hosts the world's store, does not answer"
-                verdict = Verdict((0,), why, 1)
-            else:
-                verdict = judge(first, second, self.pods)
+            verdict = judge(first, second, self.pods)
             if verdict is not None:
                 self._tear_down(stalled, bound, verdict)
                 return

@@ -57,6 +57,12 @@ def test_a_heartbeat_that_never_arrived_counts_as_frozen_and_rank_0_frozen_leave
     assert "never reached the store" in verdict.why
 
 
+def test_a_store_that_does_not_answer_blames_rank_0_its_host():
+    verdict = judge({0: beat(0, 5, 1), 1: beat(1, 5, 1)}, None, PODS)
+    assert verdict.to_blame == (0,) and verdict.reporter == 1
+    assert "rank 0 in pod ddp-0, whose process hosts the world's store, does not answer" in verdict.why
+
+
 def test_live_ranks_behind_the_others_are_named_and_equal_ones_blame_nobody():
     behind = judge({0: beat(0, 20, 1), 1: beat(1, 19, 1)}, {0: beat(0, 20, 3), 1: beat(1, 19, 3)}, PODS)
     assert behind.to_blame == (1,) and "rank 1 fell behind: rank 1 in pod ddp-1 last finished global step 19" in behind.why
