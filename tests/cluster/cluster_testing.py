@@ -320,8 +320,9 @@ def status_view(cluster: LocalCluster, command: str) -> str:
     return done.stdout
 
 
-def host_state() -> dict[str, list[str]]:
-    """What a cluster must not change on this machine: its links, routes, firewall and mounts."""
+def host_state(cluster_name: str) -> dict[str, list[str]]:
+    """What a cluster must not change on this machine: its links, routes, firewall, mounts and its
+    own cgroups (another cluster of the run may start or stop meanwhile, in another worker)."""
     def run(*argv: str) -> list[str]:
         return sorted(subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines())
 
@@ -331,5 +332,5 @@ def host_state() -> dict[str, list[str]]:
         "routes": run("ip", "route"),
         "iptables": [line for line in run("iptables-save") if not line.startswith("#")],
         "mounts": mounts,
-        "cgroups": sorted(str(p) for m in cgroup_mounts() for p in m.glob("ddp-infra-*")),
+        "cgroups": sorted(str(p) for m in cgroup_mounts() for p in m.glob(f"ddp-infra-{cluster_name}")),
     }

@@ -1,37 +1,31 @@
 """The session's local Kubernetes cluster (toolchain/cluster/): started once, stopped at the end,
-also when a test fails or the run is interrupted (Ctrl-C, or SIGTERM from CI's time limit)."""
+also when a test fails or the run is interrupted (Ctrl-C, or SIGTERM from CI's time limit: see
+tests/conftest.py)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pytest
 
-from cluster_testing import DEV, ENGINE_COMMANDS, NAMESPACE, TEST_DOMAIN, EngineStack, delete_namespace, pause_stack as paused
+from cluster_testing import DEV, ENGINE_COMMANDS, NAMESPACE, TEST_DOMAIN, EngineStack, delete_namespace, pause_stack as paused, pod_reference_result
 from pulumi_project import installed_plugins, provider_versions, toolchain_path
 from toolchain.apiserver import find_tool, tool_dir
 from toolchain.cluster import ADDONS, LocalCluster, image_archives
 
 
-def _interrupt(signum, _frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 @contextmanager
 def _running(local: LocalCluster):
-    # pytest runs finalizers on KeyboardInterrupt only: turn SIGTERM into one.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         local.start()
         print(f"\n[cluster] {local.name} started in {local.startup_seconds:.1f} s")
         yield local
     finally:
         local.stop()
-        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture(scope="session")
@@ -124,7 +118,17 @@ def pause_stack(controllers_cluster, tmp_path):
         yield stack
 
 
-def pytest_terminal_summary(terminalreporter):
+@pytest.fixture
+def reference_result(tmp_path):
+    """Starts computing what an uninterrupted world ends with (pod_reference_result) beside the
+    journey, whose pods mostly wait; returns its future. The test's end waits for it."""
+    out = tmp_path / "reference"
+    out.mkdir()
+    with ThreadPoolExecutor(max_workers=1) as background:
+        yield lambda args: background.submit(pod_reference_result, args, out)
+
+
+def pytest_sessionfinish(session):
     """Says, in every run's output, that the journeys went through the real engine, and which."""
     if not ENGINE_COMMANDS:
         return
@@ -132,7 +136,7 @@ def pytest_terminal_summary(terminalreporter):
     pulumi = shutil.which("pulumi", path=env["PATH"])
     cli = subprocess.run([pulumi, "version"], env=env, capture_output=True, text=True, timeout=60)
     provider = provider_versions(installed_plugins(pulumi, env))
-    terminalreporter.write_line(
+    session.config.summary_lines.append(
         f"cluster journeys: {ENGINE_COMMANDS.count('up')} `pulumi up` and {ENGINE_COMMANDS.count('destroy')} `pulumi destroy` "
         f"through the real engine (pulumi {cli.stdout.strip()} at {pulumi}, kubernetes provider {', '.join(provider)})"
     )

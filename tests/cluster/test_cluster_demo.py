@@ -163,8 +163,8 @@ def _read(cmdline: Path) -> bytes:
 
 
 def test_down_removes_a_cluster_the_demo_started_and_leaves_nothing_behind():
-    before = host_state()
     name = "lifecycle"
+    before = host_state(name)
     cluster = start_cluster(name, with_images=("pause",), say=print)
     try:
         assert cluster.status()["running"]
@@ -174,4 +174,4 @@ def test_down_removes_a_cluster_the_demo_started_and_leaves_nothing_behind():
     assert not (CACHE / "cluster" / name).exists()
     assert not LocalCluster(name).status()["running"]
     assert all(not Path(f"/proc/{pid}").exists() for pid, _ in recorded.values())
-    assert host_state() == before
+    assert host_state(name) == before

@@ -39,8 +39,8 @@ def test_the_test_cluster_runs_one_kubernetes_version(cluster):
 
 
 def test_a_crashed_run_is_cleaned_up_and_stop_leaves_nothing():
-    before = host_state()
     name = "lifecycle"
+    before = host_state(name)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cluster = LocalCluster(name, with_images=False)
     try:  # stop() ends the crashed run's daemons too, whatever fails on the way
@@ -59,7 +59,7 @@ def test_a_crashed_run_is_cleaned_up_and_stop_leaves_nothing():
         cluster.stop()
     assert not any(alive(*p) for p in running.values())
     assert not (CACHE / "cluster" / name / "run").exists()
-    assert host_state() == before
+    assert host_state(name) == before
 
 
 def test_an_image_of_an_earlier_build_leaves_the_store_with_whatever_names_it():
