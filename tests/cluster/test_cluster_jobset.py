@@ -18,7 +18,7 @@ from trainer_testing import done_lines, epoch_records, same_result
 
 from cluster_testing import (
     CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, WORKLOAD, all_logs, get, kill_container,
-    newest_checkpoint, pod_reference_result, pod_resumed_lines, run_dir, wait_for, world_pods, world_running,
+    newest_checkpoint, pod_resumed_lines, run_dir, wait_for, world_pods, world_running,
 )  # fmt: skip
 from trainer import contract
 
@@ -110,9 +110,9 @@ def test_the_dev_run_completes_as_a_jobset(controllers_cluster, controllers_dev_
     assert "Completed" in cluster.kubectl(*controllers_stack.outputs["kubectlRunStatus"].split()[1:]).stdout
 
 
-def test_losing_any_pod_restarts_the_whole_world_from_its_checkpoint(controllers_cluster, controllers_dev_image, controllers_stack, tmp_path):
+def test_losing_any_pod_restarts_the_whole_world_from_its_checkpoint(controllers_cluster, controllers_dev_image, controllers_stack, reference_result):
     cluster = controllers_cluster
-    expected = pod_reference_result(RUN_ARGS, tmp_path)
+    expected = reference_result(RUN_ARGS)
     controllers_stack.up(run__args=RUN_ARGS, **JOBSET)
     wait_for(lambda: world_running(cluster), 300, "both pods Running", interval=2)
     figures = {}
@@ -138,4 +138,4 @@ def test_losing_any_pod_restarts_the_whole_world_from_its_checkpoint(controllers
     finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
     assert sorted(line["rank"] for line in finals) == ["0", "1"]
     # The same final loss and weights as a world never disrupted: each restart resumed exactly.
-    assert [same_result(line) for line in finals] == [expected, expected]
+    assert [same_result(line) for line in finals] == [expected.result()] * 2

@@ -18,7 +18,7 @@ from trainer_testing import done_lines, same_result
 
 from cluster_testing import (
     CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, all_logs, evict, freeze_training, get,
-    job_condition, kill_container, newest_checkpoint, pod_name, pod_reference_result, pod_resumed_lines, pods, run_dir, wait_for,
+    job_condition, kill_container, newest_checkpoint, pod_name, pod_resumed_lines, pods, run_dir, wait_for,
     wait_for_checkpoint_after, wait_for_world, world_pods,
 )  # fmt: skip
 from ddp_infra.claim_changes import ClaimChangeRefused
@@ -49,8 +49,8 @@ def wait_for_reform(cluster, seen: int, timeout: float = 300) -> tuple[str, floa
     return line, time.monotonic() - started
 
 
-def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(cluster, dev_stack, tmp_path):
-    expected = pod_reference_result(RUN_ARGS, tmp_path)
+def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(cluster, dev_stack, reference_result):
+    expected = reference_result(RUN_ARGS)
     dev_stack.up(run__args=RUN_ARGS)
     wait_for_world(cluster)
     figures = {}
@@ -75,19 +75,23 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
     finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
     assert sorted(line["rank"] for line in finals) == ["0", "1"]
     # The same final loss and weights as a world that was never disrupted: the resumes were exact.
-    assert [same_result(line) for line in finals] == [expected, expected]
+    assert [same_result(line) for line in finals] == [expected.result()] * 2
 
 
 # The disrupted run with the product's default --pg-timeout (30 minutes): only the hang watch can end a hang in time.
 HANG_RUN = RUN_ARGS[: RUN_ARGS.index("--pg-timeout")]
 
 
-def test_a_frozen_pod_is_found_by_the_hang_watch_and_the_world_re_forms_exactly(cluster, dev_stack, tmp_path):
+def test_a_frozen_pod_is_found_by_the_hang_watch_and_the_world_re_forms_exactly(
+    controllers_cluster, controllers_dev_image, controllers_stack, reference_result
+):
     """Pod 1's training process stops (SIGSTOP from the node: a stuck GPU or host; torchrun still
     runs) under the product's defaults: the hang watch names it and ends the world within its
     30-s floor, pod 1's torchrun stops the frozen process, and the world re-forms from the newest
-    checkpoint and ends as an uninterrupted run."""
-    expected = pod_reference_result(HANG_RUN, tmp_path)
+    checkpoint and ends as an uninterrupted run. On the controllers' cluster (a plain Job, which
+    none of them manages), beside the test cluster's journeys."""
+    cluster, dev_stack = controllers_cluster, controllers_stack
+    expected = reference_result(HANG_RUN)
     dev_stack.up(run__args=HANG_RUN)
     wait_for_world(cluster)
     before = wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
@@ -104,7 +108,7 @@ def test_a_frozen_pod_is_found_by_the_hang_watch_and_the_world_re_forms_exactly(
 
     assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
     finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
-    assert [same_result(line) for line in finals] == [expected, expected]
+    assert [same_result(line) for line in finals] == [expected.result()] * 2
 
 
 def _evicted(cluster, pod: str) -> None:
