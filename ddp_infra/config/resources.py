@@ -8,12 +8,12 @@ from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from ..names import GPU_RESOURCE
-from .scalars import LabelKey, Model, Quantity, field_problem, parse_quantity
+from .scalars import Bytes, Count, LabelKey, Model, Quantity, field_problem, parse_quantity
 
 
 class ResourceAmounts(Model):
     cpu: Optional[Quantity] = Field(None, description="CPU, e.g. 4 or 500m.")
-    memory: Optional[Quantity] = Field(None, description="Memory, e.g. 16Gi.")
+    memory: Optional[Bytes] = Field(None, description="Memory, e.g. 16Gi.")
 
 
 def _no_gpu_in_extended(extended: dict[str, str]) -> dict[str, str]:
@@ -29,7 +29,7 @@ class ResourcesConfig(Model):
     limits: ResourceAmounts = Field(
         ResourceAmounts(memory="8Gi"), description="Container limits (GPUs come from gpusPerNode)."
     )
-    extended: Annotated[dict[LabelKey, Quantity], AfterValidator(_no_gpu_in_extended)] = Field(
+    extended: Annotated[dict[LabelKey, Count], AfterValidator(_no_gpu_in_extended)] = Field(
         {}, description="Extended resources set as both request and limit, e.g. example.com/fpga: 1 (RDMA: network.rdmaResources)."
     )
 

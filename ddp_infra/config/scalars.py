@@ -16,11 +16,11 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 
-def pattern(regex: str, allowed: str) -> Callable[[str], str]:
-    compiled = re.compile(regex)
+def rule(test: Callable[[str], Any], allowed: str) -> Callable[[str], str]:
+    """A check of one string that says what it allows when `test` refuses the value."""
 
     def check(value: str) -> str:
-        if not compiled.fullmatch(value):
+        if not test(value):
             raise PydanticCustomError("pattern", "{allowed}", {"allowed": allowed})
         return value
 
@@ -28,28 +28,64 @@ def pattern(regex: str, allowed: str) -> Callable[[str], str]:
     return check
 
 
+def pattern(regex: str, allowed: str) -> Callable[[str], str]:
+    return rule(re.compile(regex).fullmatch, allowed)
+
+
 _QUANTITY_RE = r"[+]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?"
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"m": Decimal("0.001"), "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+# Kubernetes counts bytes, millicores and devices in int64 (Quantity.Value, MilliValue): an
+# exponent far beyond that (1e2147483647) makes the API server time out instead of answering.
+_QUANTITY_LIMIT = 2**63
 
 
 def parse_quantity(quantity: str) -> Decimal:
-    """A Kubernetes quantity ("500m", "8Gi", "1e3") as a number of base units."""
+    """A Kubernetes quantity ("500m", "8Gi", "1e3", "1E") as a number of base units."""
     match = re.fullmatch(_QUANTITY_RE, quantity)
     if not match:
         raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
-    suffix = match.group(3) or ""
-    number = Decimal(match.group(1))
+    number, suffix = match.group(1), match.group(3) or ""
     if suffix in _BINARY:
-        return number * _BINARY[suffix]
-    if suffix[:1] in "eE" and suffix:
-        return number * Decimal(10) ** int(suffix[1:])
-    return number * _DECIMAL[suffix]
+        return Decimal(number) * _BINARY[suffix]
+    if suffix in _DECIMAL:  # "E" is exa; "E3" and "e3" are exponents
+        return Decimal(number) * _DECIMAL[suffix]
+    try:
+        return Decimal(f"{number}E{suffix[1:]}")  # exact, whatever the exponent
+    except ArithmeticError:
+        raise ValueError(f"a Kubernetes quantity beyond any number: {quantity!r}") from None
 
 
-Quantity = Annotated[
-    str, AfterValidator(pattern(_QUANTITY_RE, "a Kubernetes quantity such as 500m, 4, 8Gi or 100G"))
+def quantity(allowed: str, whole: bool = False, positive: bool = False) -> Callable[[str], str]:
+    """A Kubernetes quantity below 2^63 base units; `whole`: no fraction of a unit (of a byte, of a
+    device); `positive`: above 0."""
+
+    def check(value: str) -> str:
+        try:
+            amount = parse_quantity(value)
+        except ValueError:
+            amount = None
+        if amount is not None and amount >= _QUANTITY_LIMIT:
+            raise PydanticCustomError("pattern", "{allowed}", {"allowed": f"{allowed}, below 2^63 (Kubernetes counts in int64)"})
+        if amount is None or (whole and amount != amount.to_integral_value()) or (positive and amount <= 0):
+            raise PydanticCustomError("pattern", "{allowed}", {"allowed": allowed})
+        return value
+
+    check.allowed = allowed  # type: ignore[attr-defined]  # shown in the config reference
+    return check
+
+
+Quantity = Annotated[str, AfterValidator(quantity("a Kubernetes quantity such as 500m, 4, 8Gi or 100G"))]
+# Memory and storage: the API server calls a fraction of a byte ("500m", "1.5") invalid.
+Bytes = Annotated[
+    str, AfterValidator(quantity("whole bytes as a Kubernetes quantity, such as 8Gi, 1.5Gi or 100G; no fraction of a byte like 500m", whole=True))
 ]
+StorageSize = Annotated[
+    str, AfterValidator(quantity("whole bytes above 0 as a Kubernetes quantity, such as 100Gi or 1.5Ti", whole=True, positive=True))
+]
+# An extended resource (a device) is counted in whole units: the API server refuses 500m of one.
+Count = Annotated[str, AfterValidator(quantity("a whole number such as 1, 8 or 1k; a device is not divisible", whole=True))]
+
 DnsLabel = Annotated[
     str,
     AfterValidator(

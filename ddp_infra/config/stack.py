@@ -15,7 +15,7 @@ from .pod import PodConfig
 from .problems import NOT_SHOWN, Problem, full_key
 from .resources import ResourcesConfig
 from .scheduling import SchedulingConfig
-from .scalars import DnsLabel, DnsSubdomain, EnvName, LabelKey, LabelValue, Model, Quantity, SecretString, parse_quantity
+from .scalars import Bytes, DnsLabel, DnsSubdomain, EnvName, LabelKey, LabelValue, Model, SecretString, parse_quantity
 from .storage import StorageConfig
 from .workload import RunConfig, WorkloadConfig
 
@@ -62,7 +62,7 @@ class StackConfig(Model):
         None, description="Hugging Face token; set it with `pulumi config set --secret hfToken ...`."
     )
     resources: ResourcesConfig = Field(ResourcesConfig(), description="Container CPU and memory.")
-    shm_size: Quantity = Field("1Gi", description="Size of the memory-backed /dev/shm (counts against memory).")
+    shm_size: Bytes = Field("1Gi", description="Size of the memory-backed /dev/shm (counts against memory).")
     network: NetworkConfig = Field(NetworkConfig(), description="NCCL / Gloo network settings.")
     rendezvous: RendezvousConfig = Field(RendezvousConfig(), description="torchrun rendezvous settings.")
     run: RunConfig = Field(RunConfig(), description="The training run: its name and torchrun arguments.")

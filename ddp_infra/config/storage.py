@@ -7,7 +7,7 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from .scalars import DnsSubdomain, Model, Quantity, field_problem
+from .scalars import DnsSubdomain, Model, StorageSize, field_problem
 
 
 AccessMode = Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"]
@@ -18,7 +18,7 @@ class VolumeConfig(Model):
 
     claim_name: DnsSubdomain
     create: bool = Field(True, description="Create the claim (false: mount an existing claim named claimName).")
-    size: Optional[Quantity] = Field(None, description="Requested storage, e.g. 100Gi (required when create is true).")
+    size: Optional[StorageSize] = Field(None, description="Requested storage, e.g. 100Gi (required when create is true).")
     storage_class: Optional[DnsSubdomain] = Field(None, description="StorageClass (unset: the cluster default).")
     access_mode: AccessMode = Field("ReadWriteOnce", description="Access mode; ReadWriteMany for multi-node.")
     retain_on_delete: bool = Field(
@@ -42,12 +42,12 @@ class VolumeConfig(Model):
 
 class DatasetsVolume(VolumeConfig):
     claim_name: DnsSubdomain = Field("datasets-pvc", description="Claim mounted at /data.")
-    size: Optional[Quantity] = Field("100Gi", description="Requested storage (required when create is true).")
+    size: Optional[StorageSize] = Field("100Gi", description="Requested storage (required when create is true).")
 
 
 class OutputsVolume(VolumeConfig):
     claim_name: DnsSubdomain = Field("outputs-pvc", description="Claim mounted at /out (checkpoints, results).")
-    size: Optional[Quantity] = Field("100Gi", description="Requested storage (required when create is true).")
+    size: Optional[StorageSize] = Field("100Gi", description="Requested storage (required when create is true).")
 
 
 class ModelsVolume(VolumeConfig):

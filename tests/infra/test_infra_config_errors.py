@@ -129,6 +129,13 @@ MALFORMED = [
     ("queue-without-scheduler", {"scheduling.gang.queue": "team-a"}, "ddp-infra:scheduling.gang.queue", "'team-a'"),
     ("workload-priority-with-volcano", {"scheduling.gang.scheduler": "volcano", "scheduling.gang.workloadPriorityClass": "high"},
      "ddp-infra:scheduling.gang.workloadPriorityClass", "'high'"),
+    # What the API server or the kubelet would refuse (or, for a fraction of a byte, calls invalid)
+    ("claim-size-zero", {"storage.outputs.size": "0"}, "ddp-infra:storage.outputs.size", "'0'"),
+    ("claim-size-fraction-of-a-byte", {"storage.outputs.size": "1.5"}, "ddp-infra:storage.outputs.size", "'1.5'"),
+    ("memory-fraction-of-a-byte", {"resources.limits.memory": "500m"}, "ddp-infra:resources.limits.memory", "'500m'"),
+    ("shm-fraction-of-a-byte", {"shmSize": "100.5"}, "ddp-infra:shmSize", "'100.5'"),
+    ("quantity-beyond-int64", {"resources.limits.cpu": "1e9999999"}, "ddp-infra:resources.limits.cpu", "'1e9999999'"),
+    ("extended-fraction", {"resources.extended": {"example.com/fpga": "500m"}}, 'ddp-infra:resources.extended["example.com/fpga"]', "'500m'"),
 ]
 
 
