@@ -10,7 +10,7 @@ from pydantic.alias_generators import to_camel
 from trainer import contract
 
 from ..names import DEFAULT_RDMA_RESOURCE, SECONDARY_NETWORKS_ANNOTATION
-from .scalars import LabelKey, Model, field_problem, pattern
+from .scalars import ExtendedResourceName, Model, field_problem, pattern
 
 
 SecondaryNetwork = Annotated[
@@ -42,7 +42,7 @@ class NetworkConfig(Model):
         description="Use InfiniBand/RDMA: request rdmaResources, set NCCL_IB_DISABLE=0, and fail the preflight "
         "without /dev/infiniband (false: NCCL_IB_DISABLE=1, sockets).",
     )
-    rdma_resources: dict[LabelKey, Annotated[int, Field(ge=1, le=64)]] = Field(
+    rdma_resources: dict[ExtendedResourceName, Annotated[int, Field(ge=1, le=64)]] = Field(
         {DEFAULT_RDMA_RESOURCE: 1},
         description="infiniband: the RDMA device plugin's resources per pod, as request and limit "
         "(the name differs by plugin: rdma/hca_shared_devices_a, rdma/rdma_shared_device_a, nvidia.com/...).",

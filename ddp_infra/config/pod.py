@@ -16,7 +16,7 @@ from typing import Annotated, Any, Iterator, Optional
 from pydantic import AfterValidator, Field, model_validator
 
 from ..names import CONTAINER_NAME, PROGRAM_MOUNT_PATHS, PROGRAM_VOLUMES, RESERVED_LABEL_PREFIX
-from .scalars import DnsLabel, DnsSubdomain, Model, field_problem, pattern
+from .scalars import IMAGE_REFERENCE, DnsLabel, DnsSubdomain, Model, field_problem, is_image_reference, pattern
 
 # Fields of a Kubernetes Container an extra container may set (restartPolicy is the program's: it
 # makes a sidecar a sidecar).
@@ -34,6 +34,10 @@ VOLUME_SOURCES = (
 )  # fmt: skip
 AbsolutePath = Annotated[
     str, AfterValidator(pattern(r"/[^\s:]*", "an absolute path without spaces or ':', e.g. /var/log/trainer"))
+]
+# The API server refuses a subPath that is absolute or steps up ('..'): it must stay inside its volume.
+SubPath = Annotated[
+    str, AfterValidator(pattern(r"(?!/)(?!(.*/)?\.\.(/|$)).+", "a relative path without '..' in it, e.g. logs/rank-0"))
 ]
 
 
@@ -124,6 +128,8 @@ def _check_container(container: dict[str, Any]) -> dict[str, Any]:
             raise field_problem((field,), f"a {'DNS-1123 label' if field == 'name' else 'image reference'} (required)", container.get(field))
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", container["name"]):
         raise field_problem(("name",), "a DNS-1123 label: lowercase a-z, 0-9, '-', at most 63", container["name"])
+    if not is_image_reference(container["image"]):
+        raise field_problem(("image",), IMAGE_REFERENCE, container["image"])
     return container
 
 
@@ -155,7 +161,7 @@ class ExtraMount(Model):
     name: DnsLabel = Field(description="A volume of pod.volumes (or the program's: datasets, outputs, models, dshm, tmp).")
     mount_path: AbsolutePath = Field(description="Where it appears in the trainer container.")
     read_only: bool = Field(False, description="Mount read-only.")
-    sub_path: Optional[Annotated[str, Field(min_length=1)]] = Field(None, description="A path inside the volume to mount instead of its root.")
+    sub_path: Optional[SubPath] = Field(None, description="A path inside the volume to mount instead of its root.")
 
 
 class PodConfig(Model):

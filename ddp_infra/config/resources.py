@@ -8,7 +8,7 @@ from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from ..names import GPU_RESOURCE
-from .scalars import Bytes, Count, LabelKey, Model, Quantity, field_problem, parse_quantity
+from .scalars import Bytes, Count, ExtendedResourceName, Model, Quantity, field_problem, parse_quantity
 
 
 class ResourceAmounts(Model):
@@ -29,7 +29,7 @@ class ResourcesConfig(Model):
     limits: ResourceAmounts = Field(
         ResourceAmounts(memory="8Gi"), description="Container limits (GPUs come from gpusPerNode)."
     )
-    extended: Annotated[dict[LabelKey, Count], AfterValidator(_no_gpu_in_extended)] = Field(
+    extended: Annotated[dict[ExtendedResourceName, Count], AfterValidator(_no_gpu_in_extended)] = Field(
         {}, description="Extended resources set as both request and limit, e.g. example.com/fpga: 1 (RDMA: network.rdmaResources)."
     )
 

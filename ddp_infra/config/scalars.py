@@ -86,6 +86,8 @@ StorageSize = Annotated[
 # An extended resource (a device) is counted in whole units: the API server refuses 500m of one.
 Count = Annotated[str, AfterValidator(quantity("a whole number such as 1, 8 or 1k; a device is not divisible", whole=True))]
 
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_SUBDOMAIN_RE = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"  # of at most 253 characters, where it names an object
 DnsLabel = Annotated[
     str,
     AfterValidator(
@@ -95,28 +97,30 @@ DnsLabel = Annotated[
 DnsSubdomain = Annotated[
     str,
     Field(max_length=253),
-    AfterValidator(
-        pattern(
-            r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
-            "a DNS-1123 subdomain: lowercase a-z, 0-9, '-', '.'",
-        )
-    ),
+    AfterValidator(pattern(DNS_SUBDOMAIN_RE, "a DNS-1123 subdomain: lowercase a-z, 0-9, '-', '.'")),
 ]
-# StatefulSet pods are named <name>-<ordinal> and get a controller-revision-hash label
+# The workload's Service is <name>-rdzv, and a Service's name is a DNS-1035 label: it starts with
+# a letter. StatefulSet pods are named <name>-<ordinal> and get a controller-revision-hash label
 # <name>-<10 chars>, which must stay a 63-character label value: hence 52.
 WorkloadName = Annotated[
     str,
     AfterValidator(
-        pattern(r"[a-z0-9]([-a-z0-9]{0,50}[a-z0-9])?", "a DNS-1123 label of at most 52 characters")
+        pattern(
+            r"[a-z]([-a-z0-9]{0,50}[a-z0-9])?",
+            "a DNS-1035 label of at most 52 characters: lowercase a-z, 0-9, '-', starting with a letter",
+        )
     ),
 ]
+# A qualified name (label and annotation keys, node labels, resource names): an optional prefix,
+# a DNS subdomain of at most 253 characters, and '/'; then a name of at most 63.
+_PREFIX = rf"(?=[^/]{{1,253}}/){DNS_SUBDOMAIN_RE}/"
+_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 LabelKey = Annotated[
     str,
     AfterValidator(
         pattern(
-            r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-            r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?",
-            "a label key: optional DNS prefix and '/', then at most 63 of A-Z a-z 0-9 - _ .",
+            rf"({_PREFIX})?{_NAME}",
+            "a label key: an optional DNS prefix of at most 253 and '/', then at most 63 of A-Z a-z 0-9 - _ .",
         )
     ),
 ]
@@ -126,8 +130,64 @@ LabelValue = Annotated[
         pattern(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?", "at most 63 of A-Z a-z 0-9 - _ .")
     ),
 ]
+# What a device plugin advertises (IsExtendedResourceName): a prefix outside kubernetes.io, which
+# the quota name requests.<prefix> keeps within 253 characters.
+ExtendedResourceName = Annotated[
+    str,
+    AfterValidator(
+        pattern(
+            rf"(?!requests\.)(?!.*kubernetes\.io/)(?=[^/]{{1,244}}/){DNS_SUBDOMAIN_RE}/{_NAME}",
+            "an extended resource: a DNS prefix outside kubernetes.io of at most 244 and '/', "
+            "then at most 63 of A-Z a-z 0-9 - _ ., e.g. example.com/fpga",
+        )
+    ),
+]
+
+# An image reference as the kubelet parses it (distribution/reference's ParseNormalizedNamed): a
+# repository path of lowercase components, an optional registry host[:port] before it, an optional
+# tag and digest after it. Anything else leaves the pod in InvalidImageName.
+_PATH_COMPONENT = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+_HOST_COMPONENT = r"([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_IMAGE_RE = re.compile(
+    rf"(?P<registry>({_HOST_COMPONENT}(\.{_HOST_COMPONENT})*|\[[a-fA-F0-9:]+\])(:[0-9]+)?)"
+    rf"/(?P<path>{_PATH_COMPONENT}(/{_PATH_COMPONENT})*)"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(@(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128}))?"
+)
+IMAGE_REFERENCE = (
+    "an image reference: [registry[:port]/]repository[:tag][@digest], the repository lowercase, "
+    "e.g. ghcr.io/org/trainer:1.2 or trainer@sha256:<64 hex>"
+)
+
+
+def is_image_reference(image: str) -> bool:
+    if re.fullmatch(r"[a-f0-9]{64}", image):  # an image ID, not a name
+        return False
+    first, slash, rest = image.partition("/")
+    # The first component is a registry if it looks like a host; else the image is on Docker Hub.
+    if slash and (first == "localhost" or any(c in first for c in ".:") or first.lower() != first):
+        registry, remainder = first, rest
+    else:
+        registry, remainder = "docker.io", image
+    if registry in ("docker.io", "index.docker.io") and "/" not in remainder:
+        remainder = f"library/{remainder}"
+    repository = remainder.split(":", 1)[0]
+    if repository.lower() != repository:
+        return False
+    match = _IMAGE_RE.fullmatch(f"{registry}/{remainder}")
+    return bool(match) and len(match["path"]) <= 255
+
+
+ImageReference = Annotated[str, AfterValidator(rule(is_image_reference, IMAGE_REFERENCE))]
 EnvName = Annotated[
     str, AfterValidator(pattern(r"[A-Za-z_][A-Za-z0-9_]*", "an env var name: letters, digits, '_'"))
+]
+# secretEnv's names are also the keys of its Secret, which the API server keeps within 253 characters.
+SecretEnvName = Annotated[
+    str,
+    AfterValidator(
+        pattern(r"[A-Za-z_][A-Za-z0-9_]{0,252}", "an env var name of at most 253 characters, its Secret's key: letters, digits, '_'")
+    ),
 ]
 Duration = Annotated[
     str, AfterValidator(pattern(r"[1-9]\d*(s|m|h)", "a Pulumi duration such as 600s, 30m or 2h"))

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from .scalars import DnsLabel, DnsSubdomain, LabelKey, LabelValue, Model, field_problem
+from .scalars import DNS_SUBDOMAIN_RE, DnsLabel, DnsSubdomain, LabelKey, LabelValue, Model, field_problem, pattern
 
 
 class Toleration(Model):
@@ -46,6 +46,15 @@ def _check_affinity(value: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]
 
 
 GANG_SCHEDULERS = ("none", "kueue", "volcano")
+# A WorkloadPriorityClass is named by a label on the workload (kueue.x-k8s.io/priority-class): a
+# DNS subdomain that is also a label value, so of at most 63 characters.
+WorkloadPriorityClassName = Annotated[
+    str,
+    AfterValidator(
+        pattern(rf"(?=.{{1,63}}$){DNS_SUBDOMAIN_RE}", "a DNS-1123 subdomain of at most 63 characters, a label's value: lowercase a-z, 0-9, '-', '.'")
+    ),
+]
+
 
 
 class GangConfig(Model):
@@ -58,7 +67,7 @@ class GangConfig(Model):
     queue: Optional[DnsLabel] = Field(
         None, description="kueue: the LocalQueue in the stack's namespace (required); volcano: the Queue (unset: Volcano's default)."
     )
-    workload_priority_class: Optional[DnsSubdomain] = Field(
+    workload_priority_class: Optional[WorkloadPriorityClassName] = Field(
         None, description="kueue: a WorkloadPriorityClass, the world's priority in its queue (the pods keep scheduling.priorityClassName)."
     )
 

@@ -15,7 +15,10 @@ from .pod import PodConfig
 from .problems import NOT_SHOWN, Problem, full_key
 from .resources import ResourcesConfig
 from .scheduling import SchedulingConfig
-from .scalars import Bytes, DnsLabel, DnsSubdomain, EnvName, LabelKey, LabelValue, Model, SecretString, parse_quantity
+from .scalars import (
+    Bytes, DnsLabel, DnsSubdomain, EnvName, ImageReference, LabelKey, LabelValue, Model, SecretEnvName, SecretString,
+    parse_quantity,
+)
 from .storage import StorageConfig
 from .workload import RunConfig, WorkloadConfig
 
@@ -26,7 +29,7 @@ MAX_GPUS_PER_NODE = 16
 # --- nested sections ----------------------------------------------------------------------------
 
 class ImageConfig(Model):
-    name: Annotated[str, Field(min_length=1, description="Trainer image reference (registry/repository:tag or @digest).")]
+    name: ImageReference = Field(description="Trainer image reference (registry/repository:tag or @digest).")
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="imagePullPolicy.")
     pull_secrets: tuple[DnsSubdomain, ...] = Field((), description="Names of existing image pull Secrets.")
 
@@ -71,7 +74,7 @@ class StackConfig(Model):
     labels: dict[LabelKey, LabelValue] = Field({}, description="Extra labels on the workload's objects and pods (claims keep theirs).")
     annotations: dict[LabelKey, str] = Field({}, description="Extra annotations on the workload's objects and pods (claims keep theirs).")
     env: dict[EnvName, str] = Field({}, description="Extra container env; may use $(NAME) of the contract's variables.")
-    secret_env: dict[EnvName, SecretString] = Field(
+    secret_env: dict[SecretEnvName, SecretString] = Field(
         {}, description="Extra container env from a Secret; set each with `pulumi config set --secret --path 'secretEnv.NAME' ...`."
     )
     pod: PodConfig = Field(
@@ -121,13 +124,14 @@ def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
                     "a resource not in network.rdmaResources (that key requests it already)",
                 ))
     if have("workload", "nodes") and valid["workload"].kind == contract.JOBSET:
-        # JobSet refuses a JobSet whose pod names (<name>-node-0-<index>-<5 random>) are not DNS-1035 labels.
+        # JobSet refuses a JobSet whose pod names (<name>-node-0-<index>-<5 random>) are not DNS-1035
+        # labels (a workload name starts with a letter whatever its kind: its Service's name is one too).
         name, nodes = valid["workload"].name, valid["nodes"]
         fixed = len(contract.pod_hostname(contract.JOBSET, name, nodes - 1)) + len("-abcde") - len(name)
-        if len(name) + fixed > 63 or not name[0].isalpha():
+        if len(name) + fixed > 63:
             problems.append(Problem(
                 full_key(["workload", "name"]), repr(name),
-                f"with kind jobset, a name that starts with a letter and has at most {63 - fixed} characters at nodes={nodes} "
+                f"with kind jobset, a name of at most {63 - fixed} characters at nodes={nodes} "
                 f"(its pods are named <name>-{contract.JOBSET_REPLICATED_JOB}-0-<index>-<5 random>, at most 63)",
             ))
     if have("workload", "scheduling") and valid["scheduling"].gang.scheduler == "kueue":

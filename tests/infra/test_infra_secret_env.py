@@ -101,6 +101,7 @@ def test_values_stored_in_plain_text_are_refused_without_showing_them():
 
 @pytest.mark.parametrize("changes, key, allowed", [
     ({"secretEnv": {"1BAD": "s3cr3t-value"}}, 'ddp-infra:secretEnv["1BAD"]', "an env var name"),
+    ({"secretEnv": {"A" * 254: "s3cr3t-value"}}, "ddp-infra:secretEnv." + "A" * 254, "at most 253 characters"),
     ({"secretEnv": {"NNODES": "s3cr3t-value"}}, "ddp-infra:secretEnv.NNODES", "env contract"),
     ({"secretEnv": {"HF_TOKEN": "s3cr3t-value"}}, "ddp-infra:secretEnv.HF_TOKEN", "env contract"),
     ({"secretEnv": {"PET_NNODES": "s3cr3t-value"}}, "ddp-infra:secretEnv.PET_NNODES", "env contract"),
