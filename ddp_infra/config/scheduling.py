@@ -9,6 +9,10 @@ from pydantic_core import PydanticCustomError
 
 from .scalars import DNS_SUBDOMAIN_RE, DnsLabel, DnsSubdomain, LabelKey, LabelValue, Model, field_problem, pattern
 
+# Pulumi carries every number as a 64-bit float, exact up to 2^53 - 1; the API server refuses
+# what an int64 cannot hold.
+MAX_EXACT_NUMBER = 2**53 - 1
+
 
 class Toleration(Model):
     key: Optional[LabelKey] = Field(None, description="Taint key (unset with Exists: every taint).")
@@ -17,12 +21,19 @@ class Toleration(Model):
     effect: Optional[Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]] = Field(
         None, description="Taint effect (unset: every effect)."
     )
-    toleration_seconds: Optional[int] = Field(None, ge=0, description="NoExecute: seconds the pod stays.")
+    toleration_seconds: Optional[int] = Field(
+        None, ge=0, le=MAX_EXACT_NUMBER, description="NoExecute: seconds the pod stays."
+    )
 
     @model_validator(mode="after")
-    def _exists_has_no_value(self) -> "Toleration":
+    def _fields_agree(self) -> "Toleration":
+        """As the API server's ValidateTolerations has them."""
         if self.operator == "Exists" and self.value:
             raise field_problem(("value",), "unset when operator is Exists", self.value)
+        if not self.key and self.operator != "Exists":
+            raise field_problem(("key",), "a taint key when operator is Equal (only Exists, without a key, tolerates every taint)", self.key)
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise field_problem(("effect",), "NoExecute when tolerationSeconds is set (how long the pod stays on a node tainted NoExecute)", self.effect)
         return self
 
 
@@ -54,7 +65,6 @@ WorkloadPriorityClassName = Annotated[
         pattern(rf"(?=.{{1,63}}$){DNS_SUBDOMAIN_RE}", "a DNS-1123 subdomain of at most 63 characters, a label's value: lowercase a-z, 0-9, '-', '.'")
     ),
 ]
-
 
 
 class GangConfig(Model):

@@ -3,9 +3,10 @@ connection), and the rules about several keys at once (`cross_key_problems`)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from trainer import contract
 
@@ -17,13 +18,48 @@ from .resources import ResourcesConfig
 from .scheduling import SchedulingConfig
 from .scalars import (
     Bytes, DnsLabel, DnsSubdomain, EnvName, ImageReference, LabelKey, LabelValue, Model, SecretEnvName, SecretString,
-    parse_quantity,
+    field_problem, parse_quantity,
 )
 from .storage import StorageConfig
 from .workload import RunConfig, WorkloadConfig
 
 MAX_NODES = 1024  # a StatefulSet this size is already far beyond what one rendezvous handles well
 MAX_GPUS_PER_NODE = 16
+
+
+# --- annotations --------------------------------------------------------------------------------
+
+# The API server refuses an object whose annotations' keys and values add up to more than 256 KiB;
+# 1 KiB of it is left for the program's own (pulumi.com/waitFor, the Multus and Volcano ones).
+MAX_ANNOTATION_BYTES = 256 * 1024 - 1024
+# Annotations the API server reads as settings of the pods (ValidatePodSpecificAnnotations). Those
+# that duplicate a field of the pod are refused: the field is the way to set it, and the program sets
+# some of them (the pods' seccompProfile), which the annotation would then have to match.
+POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+_DEPRECATED = "no value here: a deprecated annotation; set the "
+POD_FIELD_ANNOTATIONS = {
+    "scheduler.alpha.kubernetes.io/tolerations": "no value here: set scheduling.tolerations",
+    "seccomp.security.alpha.kubernetes.io/pod": _DEPRECATED + "pods' securityContext.seccompProfile (RuntimeDefault) with pod.templatePatch",
+    "container.seccomp.security.alpha.kubernetes.io/": _DEPRECATED + "container's securityContext.seccompProfile (pod.sidecars, pod.templatePatch)",
+    "container.apparmor.security.beta.kubernetes.io/": _DEPRECATED + "container's securityContext.appArmorProfile (pod.sidecars, pod.templatePatch)",
+}
+
+
+def _check_annotations(annotations: dict[str, str]) -> dict[str, str]:
+    size = sum(len(key.encode()) + len(value.encode()) for key, value in annotations.items())
+    if size > MAX_ANNOTATION_BYTES:
+        raise field_problem((), f"at most {MAX_ANNOTATION_BYTES} bytes of keys and values in all (these have {size})", annotations)
+    for key, value in annotations.items():
+        for name, allowed in POD_FIELD_ANNOTATIONS.items():
+            if key == name or (name.endswith("/") and key.startswith(name)):
+                raise field_problem((key,), allowed, value)
+    cost = annotations.get(POD_DELETION_COST)
+    if cost is not None and not (re.fullmatch(r"-\d+|0|[1-9]\d*", cost) and -(2**31) <= int(cost) < 2**31):
+        raise field_problem((POD_DELETION_COST,), "a 32-bit integer, e.g. 100 or -5 (the pods' deletion cost)", cost)
+    return annotations
+
+
+_check_annotations.allowed = "at most 255 KiB in all; no seccomp, AppArmor or tolerations annotation: the pods' fields set those"  # type: ignore[attr-defined]
 
 
 # --- nested sections ----------------------------------------------------------------------------
@@ -72,7 +108,7 @@ class StackConfig(Model):
     workload: WorkloadConfig = Field(WorkloadConfig(), description="Which workload runs the pods, and how.")
     scheduling: SchedulingConfig = Field(SchedulingConfig(), description="Where the pods may run.")
     labels: dict[LabelKey, LabelValue] = Field({}, description="Extra labels on the workload's objects and pods (claims keep theirs).")
-    annotations: dict[LabelKey, str] = Field({}, description="Extra annotations on the workload's objects and pods (claims keep theirs).")
+    annotations: Annotated[dict[LabelKey, str], AfterValidator(_check_annotations)] = Field({}, description="Extra annotations on the workload's objects and pods (claims keep theirs).")
     env: dict[EnvName, str] = Field({}, description="Extra container env; may use $(NAME) of the contract's variables.")
     secret_env: dict[SecretEnvName, SecretString] = Field(
         {}, description="Extra container env from a Secret; set each with `pulumi config set --secret --path 'secretEnv.NAME' ...`."
