@@ -179,6 +179,29 @@ MALFORMED = [
 ]
 
 
+# Values at the edge of what Kubernetes takes, each accepted (test_infra_real_apiserver.py sends the
+# objects made of them to a real API server too).
+AT_THE_EDGE = {
+    "namespace.name": "n" * 63,
+    "workload.name": "w" * 52,
+    "image.name": "registry.example.com:5000/team/ddp-trainer:v1.2@sha256:" + "a" * 64,
+    "storage.outputs.claimName": "c" * 253,
+    "storage.outputs.storageClass": "s" * 253,
+    "storage.outputs.size": "1.5Gi",
+    "resources": {"requests": {"cpu": "250m", "memory": "1.5Gi"}, "limits": {"cpu": "0.5", "memory": "1E"},
+                  "extended": {"e" * 244 + "/" + "f" * 63: "1k"}},
+    "shmSize": "1.5Mi",
+    "labels": {"p" * 253 + "/" + "k" * 63: "v" * 63},
+    "annotations": {"controller.kubernetes.io/pod-deletion-cost": "-2147483648"},
+    "scheduling.tolerations": [{"operator": "Exists"}, {"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 2**53 - 1}],
+    "scheduling.priorityClassName": "p" * 253,
+    "scheduling.gang": {"scheduler": "kueue", "queue": "q" * 63, "workloadPriorityClass": "w" * 61 + ".p"},
+    "pod.runtimeClassName": "r" * 253,
+    "pod.volumeMounts": [{"name": "tmp", "mountPath": "/logs", "subPath": "..logs/rank-0"}],
+    "secretEnv": {"S" * 253: "a-secret-value"},
+}  # fmt: skip
+
+
 def malformed(changes: dict) -> dict:
     values = harness.stack_file_config("dev")
     for path, value in changes.items():
@@ -243,3 +266,15 @@ def test_an_integer_out_of_range_or_not_a_number_is_answered_with_the_range(key,
     evaluation = harness.evaluate(malformed({key: value}))
     (problem,) = evaluation.error.problems
     assert problem.allowed == allowed, str(problem)
+
+
+@pulumi.runtime.test
+def test_values_at_the_edge_of_what_kubernetes_takes_are_accepted():
+    evaluation = harness.evaluate(malformed(AT_THE_EDGE), secret_keys=("secretEnv",))
+    assert evaluation.error is None, str(evaluation.error)
+    container = evaluation.container
+    assert container["image"] == AT_THE_EDGE["image.name"]
+    assert container["resources"]["limits"]["memory"] == "1E"
+    (claim,) = [m for m in evaluation.kubernetes_manifests if m["metadata"]["name"] == "c" * 253]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1.5Gi"
+    assert evaluation.pod_template["metadata"]["labels"]["p" * 253 + "/" + "k" * 63] == "v" * 63

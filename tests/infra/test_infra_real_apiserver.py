@@ -156,6 +156,22 @@ def test_the_api_server_admits_the_escape_hatch(api, kind):
 
 
 @pytest.mark.timeout(180)
+def test_the_api_server_admits_values_at_the_edge_of_the_config(api):
+    """The longest names, a 63-character label value, 1.5Gi and 1E, a 1k device count, ...: what the
+    config accepts at its edges, the API server takes too, without a warning (it warns about a
+    fraction of a byte)."""
+    from test_infra_config_errors import AT_THE_EDGE, malformed
+
+    evaluation = evaluate(malformed(AT_THE_EDGE), secret_keys=("secretEnv",))
+    assert evaluation.error is None, str(evaluation.error)
+    done = apply_run(api, evaluation.kubernetes_manifests, "--dry-run=server")
+    assert "Warning" not in done.stderr, done.stderr
+    for doc in evaluation.kubernetes_manifests:
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"]["name"] in done.stdout
+
+
+@pytest.mark.timeout(180)
 def test_scaling_a_deployed_world_changes_only_the_workload_and_its_budget(api):
     small, large = objects("dev", 2), objects("dev", 64)
     apply(api, small)
