@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Callable
 
 import pulumi
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, InstanceOf, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, InstanceOf, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -75,16 +75,22 @@ def quantity(allowed: str, whole: bool = False, positive: bool = False) -> Calla
     return check
 
 
-Quantity = Annotated[str, AfterValidator(quantity("a Kubernetes quantity such as 500m, 4, 8Gi or 100G"))]
+def _number_as_text(value: object) -> object:
+    """`cpu: 4` in a stack file arrives as a number; a manifest's quantity may be one too. (A boolean,
+    as text, is then refused as no quantity.)"""
+    return str(value) if isinstance(value, (int, float)) else value
+
+
+Quantity = Annotated[str, BeforeValidator(_number_as_text), AfterValidator(quantity("a Kubernetes quantity such as 500m, 4, 8Gi or 100G"))]
 # Memory and storage: the API server calls a fraction of a byte ("500m", "1.5") invalid.
 Bytes = Annotated[
-    str, AfterValidator(quantity("whole bytes as a Kubernetes quantity, such as 8Gi, 1.5Gi or 100G; no fraction of a byte like 500m", whole=True))
+    str, BeforeValidator(_number_as_text), AfterValidator(quantity("whole bytes as a Kubernetes quantity, such as 8Gi, 1.5Gi or 100G; no fraction of a byte like 500m", whole=True))
 ]
 StorageSize = Annotated[
-    str, AfterValidator(quantity("whole bytes above 0 as a Kubernetes quantity, such as 100Gi or 1.5Ti", whole=True, positive=True))
+    str, BeforeValidator(_number_as_text), AfterValidator(quantity("whole bytes above 0 as a Kubernetes quantity, such as 100Gi or 1.5Ti", whole=True, positive=True))
 ]
 # An extended resource (a device) is counted in whole units: the API server refuses 500m of one.
-Count = Annotated[str, AfterValidator(quantity("a whole number such as 1, 8 or 1k; a device is not divisible", whole=True))]
+Count = Annotated[str, BeforeValidator(_number_as_text), AfterValidator(quantity("a whole number such as 1, 8 or 1k; a device is not divisible", whole=True))]
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS_SUBDOMAIN_RE = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"  # of at most 253 characters, where it names an object

@@ -278,3 +278,23 @@ def test_values_at_the_edge_of_what_kubernetes_takes_are_accepted():
     (claim,) = [m for m in evaluation.kubernetes_manifests if m["metadata"]["name"] == "c" * 253]
     assert claim["spec"]["resources"]["requests"]["storage"] == "1.5Gi"
     assert evaluation.pod_template["metadata"]["labels"]["p" * 253 + "/" + "k" * 63] == "v" * 63
+
+
+@pulumi.runtime.test
+def test_quantities_written_as_yaml_numbers_are_taken_as_kubernetes_takes_them():
+    """`cpu: 4` or `example.com/fpga: 1` in a stack file reach the program as numbers; a quantity in
+    a Kubernetes manifest may be one too."""
+    numbers = {"resources": {"requests": {"cpu": 0.5, "memory": 1073741824}, "limits": {"cpu": 4},
+                             "extended": {"example.com/fpga": 1}}}  # fmt: skip
+    evaluation = harness.evaluate(malformed(numbers))
+    assert evaluation.error is None, str(evaluation.error)
+    resources = evaluation.container["resources"]
+    assert (resources["requests"]["cpu"], resources["requests"]["memory"]) == ("0.5", "1073741824")
+    assert (resources["limits"]["cpu"], resources["limits"]["example.com/fpga"]) == ("4", "1")
+
+
+@pytest.mark.parametrize("value", [True, 0.5], ids=["a boolean", "a fraction of a device"])
+def test_a_number_that_is_no_quantity_of_its_field_is_refused(value):
+    evaluation = harness.evaluate(malformed({"resources": {"extended": {"example.com/fpga": value}}}))
+    (problem,) = evaluation.error.problems
+    assert problem.key == 'ddp-infra:resources.extended["example.com/fpga"]' and "whole number" in problem.allowed, str(problem)
