@@ -1,10 +1,12 @@
 """The local cluster itself: one Kubernetes version throughout, its own network namespace, and
-nothing left on the machine after it stops, also after a crashed run."""
+nothing left on the machine after it stops, also after a crashed run, without touching another
+cluster that runs beside it."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -84,3 +86,23 @@ def test_an_image_of_an_earlier_build_leaves_the_store_with_whatever_names_it():
         assert cluster.in_namespace("true").returncode == 0
     finally:
         cluster.stop()
+
+
+def test_a_cluster_that_stops_leaves_the_mounts_of_another_that_runs():
+    """The mount points made on the machine (/var/lib/kubelet, /var/lib/cni) are shared by the
+    clusters running side by side: removing one on the machine would unmount it in every
+    namespace. The last cluster to stop removes them."""
+    made = [path for path in ("/var/lib/kubelet", "/var/lib/cni") if not Path(path).exists()]
+    first, second = LocalCluster("lifecycle", with_images=False), LocalCluster("lifecycle-beside", with_images=False)
+    try:
+        first.start()
+        second.start()
+        first.stop()
+        for path in ("/var/lib/kubelet", "/var/lib/cni"):
+            assert second.in_namespace("findmnt", "--noheadings", path).returncode == 0, f"{path} is no longer mounted in the running cluster"
+        assert second.kubectl("get", "node", second.node_name).returncode == 0
+    finally:
+        first.stop()
+        second.stop()
+        shutil.rmtree(second.home, ignore_errors=True)  # its store: a name no other test uses
+    assert not [path for path in made if Path(path).exists()], "the last cluster to stop left the mount points it made"

@@ -20,7 +20,7 @@ from . import control_plane, credentials, node
 from .addons import ADDONS, start_addon
 from .cgroups import ClusterCgroups
 from .containerd import Containerd
-from .namespaces import NodeNamespace, processes_in, remove_made_dirs
+from .namespaces import MountPoints, NodeNamespace, processes_in
 from .network import API_PORT
 from .processes import ClusterError, Daemons, alive, send, wait_gone
 
@@ -71,7 +71,7 @@ class LocalCluster:
         self.containerd = Containerd(self.run_dir, self.home / "containerd")
         self.cgroups = ClusterCgroups(self.cgroup_root)
         self.node: NodeNamespace | None = None
-        self._made_dirs = self.home / "made-dirs.json"
+        self._mount_points = MountPoints(CACHE / "cluster" / "made-dirs.json")  # shared by every cluster
         self._tokens: dict[str, str] = {}
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -95,7 +95,7 @@ class LocalCluster:
         self.daemons = Daemons(self.run_dir)
         self.daemons.logs.mkdir()
         try:
-            self.node = NodeNamespace.start(self.daemons, self.run_dir, self._made_dirs)
+            self.node = NodeNamespace.start(self.daemons, self.run_dir, self._mount_points)
             self._tokens = credentials.write_credentials(
                 self.run_dir / "pki", name=self.name, node_name=self.node_name, domain=self.domain, context=self.context,
                 addon_users={name: ADDONS[name].user for name in self.addons},
@@ -161,10 +161,20 @@ class LocalCluster:
             send(holder[0], signal.SIGKILL)
             wait_gone([holder], 10)
         self.cgroups.remove()
-        remove_made_dirs(self._made_dirs)
+        self._mount_points.remove(others_running=bool(self._others_running()))
         if self.run_dir.exists():
             shutil.rmtree(self.run_dir, ignore_errors=True)
         Path(self.kubeconfig).unlink(missing_ok=True)
+
+    def _others_running(self) -> list[str]:
+        """The other clusters of this machine whose node namespace is held."""
+        others = []
+        for pids_file in (CACHE / "cluster").glob("*/run/pids.json"):
+            name = pids_file.parent.parent.name
+            holder = Daemons(pids_file.parent).recorded().get("holder") if name != self.name else None
+            if holder and alive(*holder):
+                others.append(name)
+        return others
 
     def status(self) -> dict[str, Any]:
         recorded = self.daemons.recorded()

@@ -10,13 +10,16 @@ this machine, and nothing changes on the machine's own network (routes, bridges,
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import socket
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from .network import GATEWAY_IP, NODE_IP
 from .processes import ClusterError, Daemons, start_time
@@ -27,20 +30,22 @@ CLONE_NEWNET = 0x40000000
 class NodeNamespace:
     """The namespaces of one cluster's node, entered through the process that holds them."""
 
-    def __init__(self, holder: int, made_dirs: Path):
+    def __init__(self, holder: int, mount_points: "MountPoints"):
         self.holder = holder
-        self.made_dirs = made_dirs  # the mount points made on the machine, removed at stop
+        self.mount_points = mount_points
 
     @classmethod
-    def start(cls, daemons: Daemons, run_dir: Path, made_dirs: Path) -> "NodeNamespace":
+    def start(cls, daemons: Daemons, run_dir: Path, mount_points: "MountPoints") -> "NodeNamespace":
         # Mount events from the machine still reach the namespace (slave), none go back.
         proc = daemons.popen("holder", ["unshare", "--net", "--mount", "--propagation", "slave", "--", "sleep", "infinity"])
         deadline = time.monotonic() + 10
-        while os.readlink(f"/proc/{proc.pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+        while proc.poll() is not None or os.readlink(f"/proc/{proc.pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+            if proc.returncode is not None:
+                raise ClusterError(f"unshare exited with {proc.returncode}: {(daemons.logs / 'holder.log').read_text()[-2000:]}")
             if time.monotonic() > deadline:
                 raise ClusterError("unshare did not enter a new network namespace")
             time.sleep(0.05)
-        node = cls(proc.pid, made_dirs)
+        node = cls(proc.pid, mount_points)
         kubelet_dir, cni_dir, log_dir = (run_dir / d for d in ("kubelet", "cni-state", "var-log"))
         for d in (kubelet_dir, cni_dir, log_dir):
             d.mkdir()
@@ -81,25 +86,48 @@ class NodeNamespace:
             raise ClusterError(f"setting up the cluster's namespace failed:\n{script}\n{proc.stderr}")
 
     def bind_mount(self, source: Path, target: str) -> None:
-        """`source` at `target` inside the namespace. The directories made on the machine for the
-        mount point are recorded, and removed again at stop, deepest first."""
-        made = json.loads(self.made_dirs.read_text()) if self.made_dirs.exists() else []
-        missing = [path for path in (Path(target), *Path(target).parents) if not path.exists()]
-        for directory in reversed(missing):
-            directory.mkdir()
-            made.append(str(directory))
-            self.made_dirs.write_text(json.dumps(made))
+        """`source` at `target` inside the namespace, on a mount point made on the machine if missing."""
+        self.mount_points.make(target)
         self.script(f"mount --bind {source} {target}")
 
 
-def remove_made_dirs(made_dirs: Path) -> None:
-    if made_dirs.exists():
-        for directory in reversed(json.loads(made_dirs.read_text())):
-            try:
-                Path(directory).rmdir()
-            except FileNotFoundError:
-                pass
-        made_dirs.unlink()
+class MountPoints:
+    """The directories made on the machine as the clusters' mount points (/var/lib/kubelet, ...),
+    recorded in one file for every cluster of the machine. Removing such a directory on the machine
+    unmounts it in every namespace, so only the last cluster to stop removes them."""
+
+    def __init__(self, record: Path):
+        self.record = record
+
+    def make(self, target: str) -> None:
+        with self._locked() as made:
+            for directory in reversed([path for path in (Path(target), *Path(target).parents) if not path.exists()]):
+                directory.mkdir()
+                made.append(str(directory))
+
+    def remove(self, others_running: bool) -> None:
+        """Removes what was made, deepest first, unless another cluster runs."""
+        with self._locked() as made:
+            if others_running:
+                return
+            for directory in reversed(made):
+                try:
+                    Path(directory).rmdir()
+                except FileNotFoundError:
+                    pass
+            made.clear()
+
+    @contextmanager
+    def _locked(self) -> Iterator[list[str]]:
+        self.record.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.record.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            made = json.loads(self.record.read_text()) if self.record.exists() else []
+            yield made
+            if made:
+                self.record.write_text(json.dumps(made))
+            else:
+                self.record.unlink(missing_ok=True)
 
 
 def processes_in(netns: str, exclude: tuple[int, str] | None) -> list[tuple[int, str]]:
