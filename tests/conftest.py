@@ -11,24 +11,40 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 TESTS = Path(__file__).resolve().parent
 
 # Handed out in this order, the longest first; a suite not named here comes last.
 SUITE_ORDER = ("cluster", "trainer", "engine")
+# The cluster test files whose journeys run on the controllers' cluster (the `controllers_cluster`
+# fixture); the others share the test cluster, and the clusters a test starts itself ("lifecycle")
+# go with them, so that no two of those run at once. Checked against the fixtures at collection.
+CONTROLLERS_CLUSTER_FILES = ("test_cluster_hang_watch.py", "test_cluster_jobset.py", "test_cluster_kueue.py", "test_cluster_volcano.py")
 
 
-def work_unit(item: pytest.Item) -> str:
-    """The tests that must run in one worker: those that share a session fixture."""
-    path = Path(item.path).relative_to(TESTS)
-    suite = path.parts[0] if len(path.parts) > 1 else ""
+def work_unit(nodeid: str) -> str:
+    """The tests that must run in one worker, in order: those that share a session fixture. The
+    controller decides from the test's id alone."""
+    parts = Path(nodeid.split("::", 1)[0]).parts  # ("tests", suite, file) or ("tests", file)
+    suite = parts[1] if len(parts) > 2 else ""
     if suite == "cluster":
-        # every journey of one local cluster; the clusters a test starts itself ("lifecycle") go with
-        # the test cluster's, so that no two of them run at once
-        return "controllers cluster" if "controllers_cluster" in item.fixturenames else "test cluster"
+        return "controllers cluster" if parts[-1] in CONTROLLERS_CLUSTER_FILES else "test cluster"
     if suite == "engine":
         return "engine"  # the deployed dev stack and the API server are the session's
-    return str(path)
+    return "/".join(parts)
+
+
+class WorkUnitScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling, with work_unit as the scope."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return work_unit(nodeid)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    return WorkUnitScheduling(config, log)
 
 
 def suite_rank(item: pytest.Item) -> int:
@@ -36,11 +52,14 @@ def suite_rank(item: pytest.Item) -> int:
     return SUITE_ORDER.index(suite) if suite in SUITE_ORDER else len(SUITE_ORDER)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=suite_rank)  # stable: each file keeps its order
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(work_unit(item)))
+    misplaced = [
+        item.nodeid for item in items
+        if ("controllers_cluster" in item.fixturenames) != (work_unit(item.nodeid) == "controllers cluster")
+    ]  # fmt: skip
+    if misplaced:
+        raise pytest.UsageError(f"tests/conftest.py's CONTROLLERS_CLUSTER_FILES disagrees with these tests' cluster fixture: {misplaced}")
 
 
 # Lines a session leaves for the run's closing summary (a worker's reach the controller's).

@@ -29,7 +29,7 @@ def child():
     proc.wait()
     (MARKS / f"stopped-{proc.pid}").touch()
 
-@pytest.mark.parametrize("n", [0, 1])
+@pytest.mark.parametrize("n", [0, 1, 2])  # the third waits for a worker
 def test_waits(child, n):
     time.sleep(300)
 '''
@@ -45,7 +45,9 @@ def test_a_sigterm_to_the_run_stops_what_every_worker_started(tmp_path):
     (tmp_path / "test_waiting.py").write_text(WAITING_SUITE)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    command = [sys.executable, "-m", "pytest", "-p", "interruption", "-n", "2", "-p", "no:cacheprovider", "-q", str(tmp_path)]
+    # pytest.ini's options: no worker replaces an interrupted one
+    command = [sys.executable, "-m", "pytest", "-p", "interruption", "-n", "2", "--max-worker-restart", "0", "-p", "no:cacheprovider",
+               "-q", str(tmp_path)]  # fmt: skip
     run = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: len(started_children(marks, "started")) == 2, 60, "both tests to start their child")

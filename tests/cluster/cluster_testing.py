@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +232,18 @@ def pod_resumed_lines(cluster: LocalCluster, index: int = 0) -> list[str]:
     if index not in found:
         return []
     return resumed_lines(all_logs(cluster, NAMESPACE, found[index]["metadata"]["name"]))
+
+
+def resumed_step(line: str) -> int:
+    """The global step of the checkpoint a `[CKPT] resumed` line names."""
+    return int(line.split("ckpt-")[1][:8])
+
+
+def wait_for_reform(cluster: LocalCluster, seen: int, timeout: float = 300) -> tuple[str, float]:
+    """Waits until pod 0 logs a resume beyond the first `seen` of its pod; returns it and the seconds taken."""
+    started = time.monotonic()
+    line = wait_for(lambda: (lines := pod_resumed_lines(cluster))[seen:] and lines[-1], timeout, "the world to re-form", interval=1)
+    return line, time.monotonic() - started
 
 
 def container_processes(cluster: LocalCluster, pod: str) -> dict[int, int]:

@@ -18,7 +18,7 @@ from trainer_testing import done_lines, epoch_records, same_result
 
 from cluster_testing import (
     CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, WORKLOAD, all_logs, get, kill_container,
-    newest_checkpoint, pod_resumed_lines, run_dir, wait_for, world_pods, world_running,
+    newest_checkpoint, pod_resumed_lines, resumed_step, run_dir, wait_for, world_pods, world_running,
 )  # fmt: skip
 from trainer import contract
 
@@ -130,7 +130,7 @@ def test_losing_any_pod_restarts_the_whole_world_from_its_checkpoint(controllers
         line = wait_for(lambda: (lines := pod_resumed_lines(cluster)) and lines[-1], 300, "the new world to resume", interval=1)
         figures[what]["resumed"] = round(time.monotonic() - started, 1)
         # At most one checkpoint interval is lost: the new world resumes from the newest checkpoint.
-        assert int(line.split("ckpt-")[1][:8]) >= before["step"], (what, line, before)
+        assert resumed_step(line) >= before["step"], (what, line, before)
         print(f"\n[figures] JobSet, {what}: seconds to {figures[what]}; {line}")
 
     assert wait_for(lambda: terminal_state(cluster), 900, "the JobSet to end", interval=3) == "Completed"

@@ -1,5 +1,6 @@
 """What a cluster does to a training world, and the world surviving it: any pod lost (pod 0, which
-hosts the rendezvous store, included), a resize while it trains, and destroy then up.
+hosts the rendezvous store, included), a resize while it trains, and destroy then up (a hung pod:
+test_cluster_hang_watch.py).
 
 Each journey deploys the dev stack with the real `pulumi up` (see cluster_testing), and reads what
 the cluster and /out show. The figures (time to re-form, time for a resize) are
@@ -17,9 +18,9 @@ import pytest
 from trainer_testing import done_lines, same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, all_logs, evict, freeze_training, get,
-    job_condition, kill_container, newest_checkpoint, pod_name, pod_resumed_lines, pods, run_dir, wait_for,
-    wait_for_checkpoint_after, wait_for_world, world_pods,
+    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, all_logs, evict, get,
+    job_condition, kill_container, newest_checkpoint, pod_name, pod_resumed_lines, pods, resumed_step, run_dir, wait_for,
+    wait_for_checkpoint_after, wait_for_reform, wait_for_world, world_pods,
 )  # fmt: skip
 from ddp_infra.claim_changes import ClaimChangeRefused
 from trainer import contract
@@ -36,17 +37,6 @@ TRAINING_RUN = [*RUN_ARGS[: RUN_ARGS.index("--epochs") + 1], "50", *RUN_ARGS[RUN
 
 def checkpoints(cluster) -> Path:
     return run_dir(cluster) / "checkpoints"
-
-
-def resumed_step(line: str) -> int:
-    return int(line.split("ckpt-")[1][:8])
-
-
-def wait_for_reform(cluster, seen: int, timeout: float = 300) -> tuple[str, float]:
-    """Waits until pod 0 logs a resume beyond the first `seen` of its pod; returns it and the seconds taken."""
-    started = time.monotonic()
-    line = wait_for(lambda: (lines := pod_resumed_lines(cluster))[seen:] and lines[-1], timeout, "the world to re-form", interval=1)
-    return line, time.monotonic() - started
 
 
 def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(cluster, dev_stack, reference_result):
@@ -75,39 +65,6 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
     finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
     assert sorted(line["rank"] for line in finals) == ["0", "1"]
     # The same final loss and weights as a world that was never disrupted: the resumes were exact.
-    assert [same_result(line) for line in finals] == [expected.result()] * 2
-
-
-# The disrupted run with the product's default --pg-timeout (30 minutes): only the hang watch can end a hang in time.
-HANG_RUN = RUN_ARGS[: RUN_ARGS.index("--pg-timeout")]
-
-
-def test_a_frozen_pod_is_found_by_the_hang_watch_and_the_world_re_forms_exactly(
-    controllers_cluster, controllers_dev_image, controllers_stack, reference_result
-):
-    """Pod 1's training process stops (SIGSTOP from the node: a stuck GPU or host; torchrun still
-    runs) under the product's defaults: the hang watch names it and ends the world within its
-    30-s floor, pod 1's torchrun stops the frozen process, and the world re-forms from the newest
-    checkpoint and ends as an uninterrupted run. On the controllers' cluster (a plain Job, which
-    none of them manages), beside the test cluster's journeys."""
-    cluster, dev_stack = controllers_cluster, controllers_stack
-    expected = reference_result(HANG_RUN)
-    dev_stack.up(run__args=HANG_RUN)
-    wait_for_world(cluster)
-    before = wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
-    seen = len(pod_resumed_lines(cluster))
-    pod_0, pod_1 = pod_name(cluster, 0), pod_name(cluster, 1)
-    freeze_training(cluster, pod_1)
-
-    line, seconds = wait_for_reform(cluster, seen)
-    print(f"\n[figures] pod 1's training process frozen: the world resumed {seconds:.1f} s later, from {line.split()[3]}")
-    assert resumed_step(line) >= before["step"], (line, before)
-    hangs = [row for row in all_logs(cluster, NAMESPACE, pod_0).splitlines() if row.startswith("[HANG]")]
-    assert len(hangs) == 1, hangs
-    assert f"in pod {pod_1}" in hangs[0] and "(bound 30 s)" in hangs[0], hangs[0]
-
-    assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
-    finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
     assert [same_result(line) for line in finals] == [expected.result()] * 2
 
 
