@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pytest
@@ -18,9 +18,14 @@ from toolchain.apiserver import find_tool, tool_dir
 from toolchain.cluster import ADDONS, LocalCluster, image_archives
 
 
+# The session fixtures' clusters this process started, named in its closing summary line.
+STARTED: list[str] = []
+
+
 @contextmanager
 def _running(local: LocalCluster):
     try:
+        STARTED.append(local.name)
         local.start()
         print(f"\n[cluster] {local.name} started in {local.startup_seconds:.1f} s")
         yield local
@@ -118,14 +123,28 @@ def pause_stack(controllers_cluster, tmp_path):
         yield stack
 
 
-@pytest.fixture
-def reference_result(tmp_path):
+@pytest.fixture(scope="session")
+def reference_result(tmp_path_factory):
     """Starts computing what an uninterrupted world ends with (pod_reference_result) beside the
-    journey, whose pods mostly wait; returns its future. The test's end waits for it."""
-    out = tmp_path / "reference"
-    out.mkdir()
+    journeys, whose pods mostly wait; returns its future. Each run is computed once a session:
+    `--pg-timeout` only bounds waits, so runs that differ in it share one."""
+    futures: dict[tuple[str, ...], Future] = {}
+
+    def start(args: list[str]) -> Future:
+        key = tuple(_without_option(args, "--pg-timeout"))
+        if key not in futures:
+            futures[key] = background.submit(pod_reference_result, args, tmp_path_factory.mktemp("reference"))
+        return futures[key]
+
     with ThreadPoolExecutor(max_workers=1) as background:
-        yield lambda args: background.submit(pod_reference_result, args, out)
+        yield start
+
+
+def _without_option(args: list[str], option: str) -> list[str]:
+    if option not in args:
+        return args
+    at = args.index(option)
+    return args[:at] + args[at + 2 :]
 
 
 def pytest_sessionfinish(session):
@@ -137,6 +156,6 @@ def pytest_sessionfinish(session):
     cli = subprocess.run([pulumi, "version"], env=env, capture_output=True, text=True, timeout=60)
     provider = provider_versions(installed_plugins(pulumi, env))
     session.config.summary_lines.append(
-        f"cluster journeys: {ENGINE_COMMANDS.count('up')} `pulumi up` and {ENGINE_COMMANDS.count('destroy')} `pulumi destroy` "
+        f"cluster journeys on {', '.join(STARTED)}: {ENGINE_COMMANDS.count('up')} `pulumi up` and {ENGINE_COMMANDS.count('destroy')} `pulumi destroy` "
         f"through the real engine (pulumi {cli.stdout.strip()} at {pulumi}, kubernetes provider {', '.join(provider)})"
     )

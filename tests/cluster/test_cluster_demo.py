@@ -32,7 +32,7 @@ from observe.world_state import WorldRef
 
 pytestmark = pytest.mark.timeout(900)
 REPO = Path(__file__).resolve().parents[2]
-EPOCHS = 14  # long enough that the world still trains when the resize's `up` reaches it
+EPOCHS = 10  # long enough that the world still trains when the resize's `up` reaches it (8 epochs to spare)
 
 
 def demo(cluster, *args: str) -> list[str]:

@@ -1,6 +1,7 @@
 """The dev stack's PodDisruptionBudget under the real Eviction API: with maxUnavailable 0 a healthy
 training pod is never evicted, and a crash-looping one always is (or it would block every node
-drain and node-pool upgrade). The default, one eviction at a time, is in test_cluster_world_lifecycle."""
+drain and node-pool upgrade). The default, one eviction at a time, is in test_cluster_world_lifecycle.
+On the controllers' cluster (its controllers manage none of these), beside the test cluster's journeys."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ def _crash_looping(pod: dict) -> bool:
     return any(s.get("state", {}).get("waiting", {}).get("reason") == "CrashLoopBackOff" for s in statuses)
 
 
-def test_a_stack_that_refuses_evictions_keeps_its_training_pods(cluster, dev_stack):
-    dev_stack.up(run__args=LONG_RUN, workload__maxUnavailable="0")
+def test_a_stack_that_refuses_evictions_keeps_its_training_pods(controllers_cluster, controllers_dev_image, controllers_stack):
+    cluster = controllers_cluster
+    controllers_stack.up(run__args=LONG_RUN, workload__maxUnavailable="0")
     wait_for_world(cluster)
     pod = pod_name(cluster, 1)
     uid = get(cluster, "pod", pod, NAMESPACE)["metadata"]["uid"]
@@ -26,12 +28,13 @@ def test_a_stack_that_refuses_evictions_keeps_its_training_pods(cluster, dev_sta
     assert get(cluster, "pod", pod, NAMESPACE)["metadata"]["uid"] == uid
 
 
-def test_a_crash_looping_pod_can_be_evicted(cluster, dev_stack):
+def test_a_crash_looping_pod_can_be_evicted(controllers_cluster, controllers_dev_image, controllers_stack):
     # A StatefulSet (a Job replaces a failed pod instead) whose module does not exist: torchrun
     # fails, the kubelet restarts it, and backs off. No restarts inside torchrun and the shortest
     # join timeout: a pod restarted alone must not wait the dev stack's 600 s for a peer that is
     # itself backing off.
-    dev_stack.up(run__args=["-m", "trainer.no_such_module"], rendezvous__maxRestarts="0",
+    cluster = controllers_cluster
+    controllers_stack.up(run__args=["-m", "trainer.no_such_module"], rendezvous__maxRestarts="0",
                  rendezvous__joinTimeoutSeconds="30", workload__kind="statefulset", workload__maxUnavailable="0")  # fmt: skip
     # Between back-offs the kubelet restarts the container, which is then Ready for a while (no
     # readiness probe): evict a pod while it is crash-looping, and only then.
