@@ -82,7 +82,8 @@ def test_the_demo_trains_the_dev_world_through_pulumi_up_resizes_it_and_removes_
         popen.wait()
     output = up.text()
     assert code == 0, output[-6000:]
-    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if b"logs\x00-f" in _read(p)], "a `kubectl logs -f` outlived the demo"
+    followers = [p for p in Path("/proc").glob("[0-9]*/cmdline") if b"logs\x00-f" in (argv := _read(p)) and cluster.kubeconfig.encode() in argv]
+    assert not followers, "a `kubectl logs -f` of the demo's cluster outlived the demo"
 
     # What the user saw: pulumi up, progress per epoch, the resize as one re-form, the result.
     assert re.search(r"\+ 1\d created", output), output[:4000]

@@ -1,7 +1,10 @@
 """The dev stack's own objects on a real single-node cluster, running the image built from
 trainer/Dockerfile: a two-pod world that trains to completion through pod 0's DNS name and then
 stays finished; pods, DNS, the container's security context and mounts; and a pod deletion
-answered with a checkpoint."""
+answered with a checkpoint.
+
+On the controllers' cluster (its controllers manage none of these), beside the test cluster's
+journeys: `cluster` and `dev_stack` are that cluster's here."""
 
 from __future__ import annotations
 
@@ -20,6 +23,16 @@ from trainer_testing import done_lines, epoch_records
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(1200)
+
+
+@pytest.fixture
+def cluster(controllers_cluster, controllers_dev_image):
+    return controllers_cluster
+
+
+@pytest.fixture
+def dev_stack(controllers_stack):
+    return controllers_stack
 
 
 def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack):
