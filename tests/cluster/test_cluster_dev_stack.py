@@ -1,10 +1,7 @@
 """The dev stack's own objects on a real single-node cluster, running the image built from
 trainer/Dockerfile: a two-pod world that trains to completion through pod 0's DNS name and then
 stays finished; pods, DNS, the container's security context and mounts; and a pod deletion
-answered with a checkpoint.
-
-On the controllers' cluster (its controllers manage none of these), beside the test cluster's
-journeys: `cluster` and `dev_stack` are that cluster's here."""
+answered with a checkpoint."""
 
 from __future__ import annotations
 
@@ -25,16 +22,6 @@ from trainer import contract
 pytestmark = pytest.mark.timeout(1200)
 
 
-@pytest.fixture
-def cluster(controllers_cluster, controllers_dev_image):
-    return controllers_cluster
-
-
-@pytest.fixture
-def dev_stack(controllers_stack):
-    return controllers_stack
-
-
 def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack):
     dev_stack.up()
     assert wait_for(lambda: job_condition(cluster), 600, "the Job to end", interval=3) == "Complete"
@@ -44,7 +31,7 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
 
     # Both ranks report the same final weights: one world of two trained together.
     sums = {line["params_sum"] for lines in done.values() for line in lines}
-    assert len(sums) == 1, done
+    assert len(sums) == 1, _world_story(cluster, names)
     ranks = {line["rank"] for lines in done.values() for line in lines}
     assert ranks == {"0", "1"}, done
     # Global rank 0 (the one that logs, checkpoints and writes outputs) runs in pod 0, which the
@@ -99,6 +86,17 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
     assert "[CKPT] resumed from" in resumed and "[EPOCH] 3/3" in resumed, resumed[-3000:]
     metrics = epoch_records(outputs)
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
+
+
+def _world_story(cluster, names: dict[int, str]) -> str:
+    """What each pod's log says of its world (processes, resumes, hangs, results) and its restarts."""
+    story = []
+    for index, name in sorted(names.items()):
+        restarts = [s.get("restartCount") for s in get(cluster, "pod", name, NAMESPACE)["status"].get("containerStatuses", [])]
+        marks = ("[DDP]", "[CKPT]", "[HANG]", "[DONE]", "Traceback", "torch.distributed.elastic")
+        lines = [row for row in all_logs(cluster, NAMESPACE, name).splitlines() if row.startswith(marks) or "restart" in row.lower()]
+        story.append(f"pod {index} ({name}, restarts {restarts}):\n" + "\n".join(lines[-40:]))
+    return "\n".join(story)
 
 
 def _node_cpu(cluster) -> str:
