@@ -161,20 +161,18 @@ class LocalCluster:
             send(holder[0], signal.SIGKILL)
             wait_gone([holder], 10)
         self.cgroups.remove()
-        self._mount_points.remove(others_running=bool(self._others_running()))
+        self._mount_points.remove(another_running=self._another_running)
         if self.run_dir.exists():
             shutil.rmtree(self.run_dir, ignore_errors=True)
         Path(self.kubeconfig).unlink(missing_ok=True)
 
-    def _others_running(self) -> list[str]:
-        """The other clusters of this machine whose node namespace is held."""
-        others = []
+    def _another_running(self) -> bool:
+        """Whether another cluster of this machine holds its node namespace."""
         for pids_file in (CACHE / "cluster").glob("*/run/pids.json"):
-            name = pids_file.parent.parent.name
-            holder = Daemons(pids_file.parent).recorded().get("holder") if name != self.name else None
+            holder = Daemons(pids_file.parent).recorded().get("holder") if pids_file.parent.parent.name != self.name else None
             if holder and alive(*holder):
-                others.append(name)
-        return others
+                return True
+        return False
 
     def status(self) -> dict[str, Any]:
         recorded = self.daemons.recorded()

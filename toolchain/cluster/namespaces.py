@@ -19,7 +19,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .network import GATEWAY_IP, NODE_IP
 from .processes import ClusterError, Daemons, start_time
@@ -105,10 +105,11 @@ class MountPoints:
                 directory.mkdir()
                 made.append(str(directory))
 
-    def remove(self, others_running: bool) -> None:
-        """Removes what was made, deepest first, unless another cluster runs."""
+    def remove(self, another_running: Callable[[], bool]) -> None:
+        """Removes what was made, deepest first, unless another cluster runs. Asked under the lock:
+        a cluster's holder runs before it makes or mounts anything, so one that starts meanwhile is seen."""
         with self._locked() as made:
-            if others_running:
+            if another_running():
                 return
             for directory in reversed(made):
                 try:
