@@ -1,6 +1,6 @@
 """A SIGTERM to the test run (CI's time limit) reaches every worker, whose fixtures stop what they
-started before the run ends: tests/interruption.py, run here on a suite of two waiting tests in two
-workers."""
+started before the run ends: tests/interruption.py, run here on a suite of three waiting tests in
+two workers (the third never starts)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The session's local Kubernetes cluster (toolchain/cluster/): started once, stopped at the end,
 also when a test fails or the run is interrupted (Ctrl-C, or SIGTERM from CI's time limit: see
-tests/conftest.py)."""
+tests/interruption.py)."""
 
 from __future__ import annotations
 
