@@ -192,6 +192,10 @@ class HangWatch:
                 return 0.0
             return time.monotonic() - self._last_progress
 
+    def _last_progress_at(self) -> float | None:
+        with self._lock:
+            return self._last_progress
+
     @classmethod
     def off(cls) -> "HangWatch":
         return cls(0, [own_pod()], HangLimits(ceiling_s=0))
@@ -236,12 +240,14 @@ class HangWatch:
             bound = self.bound()
             if self.stalled_for() <= bound:
                 continue
-            first = self._read_all()
+            progress, first = self._last_progress_at(), self._read_all()
             self._stopped.wait(2 * self._publish_every_s + 1)  # every live rank publishes twice meanwhile
             second = self._read_all()
             stalled = self.stalled_for()
-            if self._stopped.is_set() or stalled <= bound:
-                continue  # the world moved on: a slow step, not a hang
+            # progress between the readings: the world moved on (a slow step, not a hang), and the
+            # first reading, taken while the ranks still ran, cannot tell who stopped afterwards
+            if self._stopped.is_set() or self._last_progress_at() != progress or stalled <= bound:
+                continue
             verdict = judge(first, second, self.pods)
             if verdict is not None:
                 self._tear_down(stalled, bound, verdict)

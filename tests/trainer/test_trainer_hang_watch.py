@@ -7,6 +7,7 @@ test_trainer_multinode.py; the local cluster's in tests/cluster/test_cluster_wor
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -124,6 +125,51 @@ def test_a_stalled_world_with_a_frozen_rank_ends_with_its_name(store_port, capsy
     assert "[HANG] no training progress for" in out, out
     assert "after global step 3: rank 1 stopped running (no heartbeat): rank 1 in pod ddp-1" in out, out
     assert "(at global step 3 or later" in out, out
+
+
+class ReadsSignalled:
+    """A store client that sets `read` when its owner reads a heartbeat: the moment a stalled watch takes its first reading."""
+
+    def __init__(self, store: dist.Store):
+        self.store = store
+        self.read = threading.Event()
+
+    def set(self, key, value):
+        self.store.set(key, value)
+
+    def check(self, keys):
+        return self.store.check(keys)
+
+    def get(self, key):
+        self.read.set()
+        return self.store.get(key)
+
+
+@pytest.mark.timeout(60)
+def test_progress_between_the_two_readings_discards_them_and_the_verdict_comes_from_later_ones(store_port, capsys):
+    exits: list[tuple[int, int]] = []
+    clients: list[ReadsSignalled] = []
+
+    def connect():
+        clients.append(ReadsSignalled(dist.TCPStore("127.0.0.1", store_port, is_master=False, timeout=timedelta(seconds=2), wait_for_workers=False)))
+        return clients[-1]
+
+    healthy = HangWatch(0, PODS[:2], HangLimits(floor_s=1, ceiling_s=5), connect=connect,
+                        exit_process=lambda code: exits.append((0, code)), publish_every_s=0.2)  # fmt: skip
+    frozen = watch_of(1, store_port, exits)
+    with healthy:
+        reading = clients[1]  # the watch thread's client (the first one publishes)
+        with frozen:
+            healthy.beat(3)
+            frozen.beat(3)
+            # rank 0 stalls past its bound while rank 1 still runs: rank 0 takes its first reading
+            assert reading.read.wait(10), "rank 0's watch never read the heartbeats"
+            healthy.beat(3)  # then the world moves on, and only after that does rank 1 stop
+            time.sleep(0.5)
+        wait_for(lambda: exits, 30, "the healthy rank ending its process")
+    assert exits == [(0, EXIT_HUNG)]
+    out = capsys.readouterr().out
+    assert "rank 1 stopped running (no heartbeat): rank 1 in pod ddp-1" in out, out
 
 
 @pytest.mark.timeout(60)
