@@ -61,7 +61,7 @@ def pod_group_manifest(world: World, pod_template: dict[str, Any]) -> dict[str, 
     """Volcano's PodGroup of the world: all `nodes` pods or none, asking for all their requests."""
     spec: dict[str, Any] = {
         "minMember": world.nnodes,
-        "minResources": {name: _quantity(amount * world.nnodes) for name, amount in pod_requests(pod_template).items()},
+        "minResources": {name: quantity_text(amount * world.nnodes) for name, amount in pod_requests(pod_template).items()},
     }
     scheduling = world.config.scheduling
     if scheduling.gang.queue:
@@ -91,12 +91,14 @@ def pod_requests(pod_template: dict[str, Any]) -> dict[str, Decimal]:
 def _sum(containers: list[dict[str, Any]]) -> dict[str, Decimal]:
     total: dict[str, Decimal] = {}
     for container in containers:
-        for name, quantity in ((container.get("resources") or {}).get("requests") or {}).items():
+        resources = container.get("resources") or {}
+        # the API server sets an unset request to the limit
+        for name, quantity in {**(resources.get("limits") or {}), **(resources.get("requests") or {})}.items():
             total[name] = total.get(name, Decimal(0)) + parse_quantity(str(quantity))
     return total
 
 
-def _quantity(amount: Decimal) -> str:
+def quantity_text(amount: Decimal) -> str:
     """A quantity written exactly: whole base units, or millis where it has a fraction."""
     if amount == amount.to_integral_value():
         return str(int(amount))

@@ -11,6 +11,7 @@ import pulumi_kubernetes as k8s
 from .claim_changes import CLAIMS_OUTPUT, recorded_claims, refuse_claim_changes
 from .components import DdpTrainingStack, DdpTrainingStackArgs
 from .config import KubernetesConfig, StackConfig
+from .fit import require_world_fits
 from .reachability import require_reachable_cluster
 from .world import World
 
@@ -76,6 +77,7 @@ def build(config: StackConfig) -> dict[str, Any]:
     """Register every resource of the stack; return the stack outputs."""
     require_reachable_cluster(config.kubernetes, pulumi.get_stack())
     world = World.from_config(config, pulumi.get_project(), pulumi.get_stack())
+    require_world_fits(world)
     provider = kubernetes_provider(config.kubernetes)
     stack = DdpTrainingStack(
         "ddp",

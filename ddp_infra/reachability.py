@@ -35,8 +35,8 @@ class ClusterUnreachable(pulumi.RunError):
 
 def require_reachable_cluster(kubernetes: KubernetesConfig, stack: str) -> None:
     """Raise ClusterUnreachable unless the stack renders manifests or its cluster answers."""
-    if kubernetes.render_dir or isinstance(pulumi.runtime.settings.get_monitor(), mocks.MockMonitor):
-        return  # under Pulumi's mocks there is no cluster: unit tests check the program alone
+    if needs_no_cluster(kubernetes):
+        return
     problem = cluster_problem(kubernetes.context)
     if problem:
         raise ClusterUnreachable(
@@ -45,6 +45,11 @@ def require_reachable_cluster(kubernetes: KubernetesConfig, stack: str) -> None:
             f"pick its context with `pulumi config set --path {PROJECT}:kubernetes.context <context>`, "
             f"or render manifests instead with `pulumi config set --path {PROJECT}:kubernetes.renderDir rendered/{stack}`"
         )
+
+
+def needs_no_cluster(kubernetes: KubernetesConfig) -> bool:
+    """A stack that renders manifests; or the program under Pulumi's mocks, where unit tests check it alone."""
+    return bool(kubernetes.render_dir) or isinstance(pulumi.runtime.settings.get_monitor(), mocks.MockMonitor)
 
 
 def kubeconfig_paths() -> list[Path]:

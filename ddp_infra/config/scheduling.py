@@ -103,3 +103,7 @@ class SchedulingConfig(Model):
     priority_class_name: Optional[DnsSubdomain] = Field(None, description="PriorityClass of the pods.")
     topology_spread: TopologySpreadConfig = Field(TopologySpreadConfig(), description="Topology spread of the pods.")
     gang: GangConfig = Field(GangConfig(), description="Gang admission of the whole world: Kueue or Volcano.")
+    fit_check: Literal["refuse", "warn", "off"] = Field(
+        "refuse",
+        description="Before anything is created: refuse (or warn about) a world whose pods the cluster's nodes can never hold at once (ddp_infra/fit.py; a cluster with an autoscaler only gets a warning).",
+    )

@@ -84,10 +84,19 @@ class EngineStack:
         self.defaults = defaults
         self.outputs: dict[str, Any] = {}
 
-    def up(self, **overrides: Any) -> list[dict[str, Any]]:
-        """`pulumi up`; returns the objects it applied, as the mock evaluation of the same config shows them."""
+    def _configure(self, overrides: dict[str, Any]) -> dict[str, Any]:
         values = stack_config_with("dev", kubernetes__renderDir=DELETE, **{**self.defaults, **overrides})
         write_stack_config(self.project.stack_file(self.stack), values)
+        return values
+
+    def preview(self, **overrides: Any) -> Result:
+        """`pulumi preview` of the stack with the test's changes; the test reads its outcome."""
+        self._configure(overrides)
+        return self.project.run("preview", "--stack", self.stack, "--color", "never", check=False)
+
+    def up(self, **overrides: Any) -> list[dict[str, Any]]:
+        """`pulumi up`; returns the objects it applied, as the mock evaluation of the same config shows them."""
+        values = self._configure(overrides)
         result = self.project.run("up", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never", check=False)
         ENGINE_COMMANDS.append("up")
         if result.returncode != 0:

@@ -97,5 +97,5 @@ def test_the_pod_group_asks_for_what_the_sidecars_and_init_containers_ask_too():
 def test_pod_requests_write_fractions_as_millis():
     template = {"spec": {"containers": [{"resources": {"requests": {"cpu": "250m", "memory": "1.5Gi"}}}]}}
     assert gang.pod_requests(template) == {"cpu": Decimal("0.250"), "memory": Decimal(3 * 2**29)}
-    assert gang._quantity(Decimal("0.250") * 3) == "750m"
-    assert gang._quantity(Decimal("0.250") * 4) == "1"
+    assert gang.quantity_text(Decimal("0.250") * 3) == "750m"
+    assert gang.quantity_text(Decimal("0.250") * 4) == "1"

@@ -1,0 +1,103 @@
+"""The fit check (ddp_infra/fit.py): how many of the world's pods a cluster's nodes can ever hold.
+
+Pure: node objects as the API server returns them, against the pod template the program makes.
+The check on a real cluster, through the real engine, is in tests/cluster/test_cluster_fit.py.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pulumi
+
+import infra_harness as harness
+from ddp_infra import gang
+from ddp_infra.fit import PodAsk, fit_problem, node_room
+from ddp_infra.names import GPU_RESOURCE
+
+GIB = 2**30
+
+
+def node(name: str, cpu="2", memory="8Gi", gpus: str | None = None, pods="110", taints=(), labels=None, unschedulable=False) -> dict:
+    allocatable = {"cpu": cpu, "memory": memory, "pods": pods, **({GPU_RESOURCE: gpus} if gpus else {})}
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": list(taints), **({"unschedulable": True} if unschedulable else {})},
+        "status": {"allocatable": allocatable},
+    }
+
+
+def ask(cpu="1", memory="4Gi", gpus: str | None = None, **spec) -> PodAsk:
+    requests = {"cpu": cpu, "memory": memory, **({GPU_RESOURCE: gpus} if gpus else {})}
+    return PodAsk.of({"spec": {"containers": [{"resources": {"requests": requests, "limits": dict(requests)}}], **spec}})
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def test_a_node_holds_as_many_pods_as_its_scarcest_allocatable_resource_allows():
+    assert node_room(node("a", cpu="2", memory="8Gi"), ask()).holds == 2
+    assert node_room(node("a", cpu="16", memory="6Gi"), ask()).holds == 1  # memory bounds it
+    assert node_room(node("a", cpu="3500m"), ask(cpu="500m", memory="1Gi")).holds == 7
+    assert node_room(node("a", cpu="64", memory="512Gi", pods="3"), ask()).holds == 3  # the node's pod limit
+    no_gpus = node_room(node("a", cpu="64", memory="512Gi"), ask(gpus="8"))
+    assert no_gpus.holds == 0 and no_gpus.why == f"allocatable cpu 64, memory 512Gi, {GPU_RESOURCE} 0, pods 110"
+    assert node_room(node("a", cpu="64", memory="512Gi", gpus="8"), ask(gpus="8")).holds == 1
+
+
+def test_the_world_that_fits_passes_and_one_pod_more_is_refused_with_each_nodes_count():
+    nodes = [node("b", cpu="2"), node("a", cpu="1")]
+    assert fit_problem(ask(), 3, nodes) is None
+    problem = fit_problem(ask(), 4, nodes)
+    assert problem.startswith("ddp-infra:nodes asks for 4 pods at once, each requesting cpu 1, memory 4Gi; "
+                              "the cluster's 2 node(s) can ever hold 3 of them:"), problem  # fmt: skip
+    assert "node a: 1 (allocatable cpu 1, memory 8Gi, pods 110)" in problem
+    assert problem.index("node a:") < problem.index("node b: 2 (")
+    assert "cpu 500m" in fit_problem(ask(cpu="500m"), 40, nodes)
+
+
+def test_taints_cordons_selectors_and_required_affinity_close_nodes_with_the_reason():
+    tainted = node("gpu-0", cpu="64", memory="512Gi", gpus="8", taints=[GPU_TAINT])
+    assert node_room(tainted, ask(gpus="8")) .why == "taint nvidia.com/gpu=present:NoSchedule not tolerated (scheduling.tolerations)"
+    for tolerations in ([{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                        [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}],
+                        [{"operator": "Exists"}]):  # fmt: skip
+        assert node_room(tainted, ask(gpus="8", tolerations=tolerations)).holds == 1, tolerations
+    wrong_value = [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "absent"}]
+    assert node_room(tainted, ask(gpus="8", tolerations=wrong_value)).holds == 0
+    preferred = node("a", taints=[{"key": "spot", "effect": "PreferNoSchedule"}])
+    assert node_room(preferred, ask()).holds == 2  # only discourages
+    assert node_room(node("a", unschedulable=True), ask()).why == "cordoned (unschedulable)"
+
+    pool = node("a", labels={"pool": "train", "gen": "5"})
+    assert node_room(pool, ask(nodeSelector={"pool": "train"})).holds == 2
+    assert node_room(pool, ask(nodeSelector={"pool": "infer"})).why == "label pool=infer missing (scheduling.nodeSelector)"
+
+    def required(*terms):
+        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}}
+
+    newer = {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["4"]}, {"key": "pool", "operator": "In", "values": ["train"]}]}
+    assert node_room(pool, ask(affinity=required(newer))).holds == 2
+    older = {"matchExpressions": [{"key": "gen", "operator": "Lt", "values": ["5"]}]}
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["a"]}]}
+    assert node_room(pool, ask(affinity=required(older, by_name))).why == "no term of the required node affinity matches (scheduling.affinity)"
+    assert node_room(pool, ask(affinity=required(older, {"matchExpressions": [{"key": "spot", "operator": "DoesNotExist"}]}))).holds == 2
+
+
+@pulumi.runtime.test
+def test_the_prod_world_is_counted_from_the_pod_template_the_program_makes():
+    evaluation = harness.evaluate(harness.stack_config_with("prod", nodes=3), stack="prod")
+    assert evaluation.error is None, evaluation.error
+    prod = PodAsk.of(evaluation.pod_template)
+    # 96 CPUs, 1000Gi, 8 GPUs and one RDMA device each, on nodes labelled with GPUs, whose taint it tolerates
+    assert prod.requests[GPU_RESOURCE] == 8 and prod.requests["memory"] == 1000 * GIB and prod.requests["pods"] == 1
+    gpu_node = node("gpu-0", cpu="128", memory="2000Gi", gpus="8", taints=[GPU_TAINT], labels={"nvidia.com/gpu.present": "true"})
+    gpu_node["status"]["allocatable"]["rdma/hca_shared_devices_a"] = "1000"
+    assert fit_problem(prod, 3, [{**gpu_node, "metadata": {**gpu_node["metadata"], "name": f"gpu-{i}"}} for i in range(3)]) is None
+    problem = fit_problem(prod, 3, [gpu_node, node("cpu-0", cpu="256", memory="4000Gi")])
+    assert "can ever hold 1 of them" in problem and "node cpu-0: 0 (label nvidia.com/gpu.present=true missing" in problem, problem
+
+
+def test_an_unset_request_counts_as_its_limit_as_the_api_server_sets_it():
+    template = {"spec": {"containers": [{"resources": {"limits": {"cpu": "2", "memory": "1Gi"}, "requests": {"memory": "512Mi"}}}]}}
+    assert gang.pod_requests(template) == {"cpu": Decimal(2), "memory": Decimal(512 * 2**20)}
