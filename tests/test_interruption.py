@@ -44,7 +44,8 @@ def test_a_sigterm_to_the_run_stops_what_every_worker_started(tmp_path):
     marks.mkdir()
     (tmp_path / "test_waiting.py").write_text(WAITING_SUITE)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    # the run's own options only: PYTEST_ADDOPTS may name plugins that PYTHONPATH no longer reaches
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}, "PYTHONPATH": str(Path(__file__).parent)}
     # pytest.ini's options: no worker replaces an interrupted one
     command = [sys.executable, "-m", "pytest", "-p", "interruption", "-n", "2", "--max-worker-restart", "0", "-p", "no:cacheprovider",
                "-q", str(tmp_path)]  # fmt: skip

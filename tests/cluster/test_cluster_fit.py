@@ -3,6 +3,7 @@ never hold is refused by `pulumi preview` and `pulumi up` before anything exists
 instead, `up` creates it and the pod that cannot fit waits, unscheduled.
 
 The pods run the pause binary, each asking for the node's whole CPU: the node holds one of them.
+On the controllers' cluster, whose journeys leave room in the run for this one.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 
 import pytest
 
-from cluster_testing import NAMESPACE, UpFailed, delete_namespace, pause_pod_resources, pause_stack, pods, wait_for
+from cluster_testing import NAMESPACE, UpFailed, pause_pod_resources, pods, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -20,34 +21,28 @@ def node_cpu(cluster) -> str:
     return json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)["status"]["allocatable"]["cpu"]
 
 
-def test_a_world_the_node_can_never_hold_is_refused_before_anything_exists_unless_asked_to_warn(cluster, tmp_path):
-    stack = pause_stack(cluster, tmp_path / "engine")
+def test_a_world_the_node_can_never_hold_is_refused_before_anything_exists_unless_asked_to_warn(controllers_cluster, pause_stack):
+    cluster, stack = controllers_cluster, pause_stack
     cpu = node_cpu(cluster)
     whole_node = {"nodes": 2, **pause_pod_resources(cpu)}
-    try:
-        preview = stack.preview(**whole_node)
-        assert preview.returncode != 0, preview.describe()
-        assert "the world cannot fit in the cluster; nothing was created" in preview.output, preview.describe()
-        assert "ddp-infra:nodes asks for 2 pods at once, each requesting cpu " in preview.output
-        assert "the cluster's 1 node(s) can ever hold 1 of them:" in preview.output
-        assert f"node {cluster.node_name}: 1 (allocatable cpu {cpu}, memory " in preview.output
-        with pytest.raises(UpFailed) as refused:
-            stack.up(**whole_node)
-        assert "the world cannot fit in the cluster; nothing was created" in refused.value.result.output
-        assert cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0
+    preview = stack.preview(**whole_node)
+    assert preview.returncode != 0, preview.describe()
+    assert "the world cannot fit in the cluster; nothing was created" in preview.output, preview.describe()
+    assert "ddp-infra:nodes asks for 2 pods at once, each requesting cpu " in preview.output
+    assert "the cluster's 1 node(s) can ever hold 1 of them:" in preview.output
+    assert f"node {cluster.node_name}: 1 (allocatable cpu {cpu}, memory " in preview.output
+    with pytest.raises(UpFailed) as refused:
+        stack.up(**whole_node)
+    assert "the world cannot fit in the cluster; nothing was created" in refused.value.result.output
+    assert cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0
 
-        warned = stack.preview(**whole_node, scheduling__fitCheck="warn")
-        assert warned.returncode == 0, warned.describe()
-        assert "the world may not fit the cluster: ddp-infra:nodes asks for 2 pods at once" in warned.output
+    warned = stack.preview(**whole_node, scheduling__fitCheck="warn")
+    assert warned.returncode == 0, warned.describe()
+    assert "the world may not fit the cluster: ddp-infra:nodes asks for 2 pods at once" in warned.output
 
-        stack.up(**whole_node, scheduling__fitCheck="warn")
-        waiting = wait_for(lambda: _one_running_one_unscheduled(cluster), 180, "one pod running and the other unscheduled")
-        assert "Insufficient cpu" in waiting, waiting
-    finally:
-        try:
-            stack.destroy()
-        finally:
-            delete_namespace(cluster, NAMESPACE)  # with its retained claims
+    stack.up(**whole_node, scheduling__fitCheck="warn")
+    waiting = wait_for(lambda: _one_running_one_unscheduled(cluster), 180, "one pod running and the other unscheduled")
+    assert "Insufficient cpu" in waiting, waiting
 
 
 def _one_running_one_unscheduled(cluster) -> str | None:
