@@ -77,9 +77,10 @@ def node_room(node: dict[str, Any], ask: PodAsk) -> NodeRoom:
     closed = _closed_by(node, ask, labels)
     if closed:
         return NodeRoom(name, 0, closed)
-    allocatable = {key: parse_quantity(str(value)) for key, value in (node.get("status", {}).get("allocatable") or {}).items()}
+    reported = node.get("status", {}).get("allocatable") or {}
+    allocatable = {key: parse_quantity(str(value)) for key, value in reported.items()}
     holds = min(int(allocatable.get(resource, Decimal(0)) // amount) for resource, amount in ask.requests.items())
-    shown = ", ".join(f"{resource} {node['status']['allocatable'].get(resource, 0)}" for resource in ask.requests)
+    shown = ", ".join(f"{resource} {reported.get(resource, 0)}" for resource in ask.requests)
     return NodeRoom(name, holds, f"allocatable {shown}")
 
 

@@ -141,6 +141,12 @@ def get(cluster: LocalCluster, kind: str, name: str, namespace: str) -> dict[str
     return json.loads(cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json").stdout)
 
 
+def node_cpu(cluster: LocalCluster) -> str:
+    """The CPU the cluster's node can give its pods (its allocatable), as the node reports it."""
+    node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
+    return node["status"]["allocatable"]["cpu"]
+
+
 def pods(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, Any]]:
     items = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
     return {pod["metadata"]["name"]: pod for pod in items}

@@ -13,7 +13,7 @@ import pytest
 
 from cluster_testing import (
     LONG_RUN, MASTER, NAMESPACE, NODES, SERVICE, WORKLOAD, LogStream, all_logs, exec_python, get, job_condition,
-    pod_name, pods, run_dir, running, wait_for, wait_for_world, world_pods,
+    node_cpu, pod_name, pods, run_dir, running, wait_for, wait_for_world, world_pods,
 )  # fmt: skip
 from trainer_testing import done_lines, epoch_records
 
@@ -60,7 +60,7 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
     # The pods ended and hold nothing: a pod asking for the node's whole CPU is scheduled.
     finished = pods(cluster, NAMESPACE)
     assert {pod["status"]["phase"] for pod in finished.values()} == {"Succeeded"}, finished.keys()
-    greedy = _pause_pod("cpu-taker", cluster.images["pause"], {"app": "cpu-taker"}, cpu=_node_cpu(cluster))
+    greedy = _pause_pod("cpu-taker", cluster.images["pause"], {"app": "cpu-taker"}, cpu=node_cpu(cluster))
     cluster.kubectl("apply", "-f", "-", input=json.dumps(greedy))
     wait_for(lambda: running(get(cluster, "pod", "cpu-taker", NAMESPACE)), 120, "a pod using the freed CPU to run")
     cluster.kubectl("delete", "pod", "cpu-taker", "-n", NAMESPACE, "--wait=true")
@@ -97,11 +97,6 @@ def _world_story(cluster, names: dict[int, str]) -> str:
         lines = [row for row in all_logs(cluster, NAMESPACE, name).splitlines() if row.startswith(marks) or "restart" in row.lower()]
         story.append(f"pod {index} ({name}, restarts {restarts}):\n" + "\n".join(lines[-40:]))
     return "\n".join(story)
-
-
-def _node_cpu(cluster) -> str:
-    node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
-    return node["status"]["allocatable"]["cpu"]
 
 
 def _pause_pod(name: str, image: str, labels: dict[str, str], cpu: str | None = None) -> dict:

@@ -8,17 +8,11 @@ On the controllers' cluster, whose journeys leave room in the run for this one.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from cluster_testing import NAMESPACE, UpFailed, pause_pod_resources, pods, wait_for
+from cluster_testing import NAMESPACE, UpFailed, node_cpu, pause_pod_resources, pods, wait_for
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def node_cpu(cluster) -> str:
-    return json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)["status"]["allocatable"]["cpu"]
 
 
 def test_a_world_the_node_can_never_hold_is_refused_before_anything_exists_unless_asked_to_warn(controllers_cluster, pause_stack):
