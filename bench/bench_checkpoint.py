@@ -29,11 +29,14 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from trainer.checkpoint.record import CheckpointRecord  # noqa: E402
 from trainer.checkpoint.store import CheckpointStore  # noqa: E402
 from trainer.checkpoint.sharded import AsyncCheckpointer  # noqa: E402
 from report import print_table  # noqa: E402  bench/report.py: the scripts run with bench/ on sys.path
 
 WIDTH = 512  # input and output width; the hidden width makes up the size
+RECORD = CheckpointRecord("bench", world_size=1, batch=32, grad_accum=1, schedule_samples=0, precision="fp32",
+                          progress={"epoch": 0, "step_in_epoch": 0, "samples_in_epoch": 0, "samples_seen": 0}, scaler={})  # fmt: skip
 
 
 def model_of(state_mib: int) -> nn.Module:
@@ -110,9 +113,9 @@ def main() -> None:
         for n in range(args.repeats):
             started = time.perf_counter()
             model_state, optimizer_state = get_state_dict(model, optimizer)
-            checkpointer.save(n, {"model": model_state, "optimizer": optimizer_state}, {"reason": "bench"})
+            checkpointer.save(n, {"model": model_state, "optimizer": optimizer_state}, RECORD)
             blocked.append(time.perf_counter() - started)
-            while checkpointer.in_flight is not None and not checkpointer.in_flight.done():
+            while checkpointer.writing():
                 during.append(step(model, optimizer, args.batch))  # the loop goes on while the shards are written
             checkpointer.wait()
             written.append(time.perf_counter() - started)

@@ -91,6 +91,7 @@ def test_every_rank_writes_its_share_and_the_record_says_what_a_resume_needs(fin
     }  # fmt: skip
     shards = {name: size for name, size in record["files"].items() if name.endswith(".distcp")}
     assert sorted(shards) == ["__0_0.distcp", "__1_0.distcp"] and all(shards.values()), "both ranks write a share"
+    assert sorted(record["digests"]) == sorted(record["files"]), "every file's CRC-32, to find damage at its own size"
     assert found[16]["reason"] == "epoch end"
 
 
@@ -107,10 +108,52 @@ def test_an_unloadable_newest_checkpoint_falls_back_to_the_one_before(finished, 
     resumed = copy_checkpoints_up_to(run, 12, tmp_path)
     metadata = resumed / "checkpoints" / "ckpt-00000012" / ".metadata"
     metadata.write_bytes(b"\0" * metadata.stat().st_size)  # the size its record says, but not DCP's metadata
+    # A record without digests, as trainers before them wrote: only the load can find the damage.
+    record_path = resumed / "checkpoints" / "ckpt-00000012.json"
+    record_path.write_text(json.dumps({k: v for k, v in json.loads(record_path.read_text()).items() if k != "digests"}))
     runs = world_of_two(tmp_path, "resumed", EVERY_4)
     text = runs[0][1]
     assert "[CKPT] skipping ckpt-00000012: unloadable" in text, text[-3000:]
     assert "[CKPT] resumed from ckpt-00000008:" in text, text[-3000:]
+    assert result_of(runs) == expected
+
+
+def test_a_newest_checkpoint_damaged_on_disk_at_its_own_size_falls_back_to_the_one_before(finished, tmp_path):
+    # A flipped bit, as a failing disk or a bad copy leaves it: the shard keeps its size, and
+    # torch.distributed.checkpoint would read the damaged weights without a word.
+    run, expected = finished
+    resumed = copy_checkpoints_up_to(run, 12, tmp_path)
+    shard = resumed / "checkpoints" / "ckpt-00000012" / "__1_0.distcp"
+    damaged = bytearray(shard.read_bytes())
+    damaged[len(damaged) // 2] ^= 0x10
+    shard.write_bytes(bytes(damaged))
+    runs = world_of_two(tmp_path, "resumed", EVERY_4)
+    text = runs[0][1]
+    assert "[CKPT] skipping ckpt-00000012: __1_0.distcp's CRC-32 is " in text, text[-3000:]
+    assert "[CKPT] resumed from ckpt-00000008:" in text, text[-3000:]
+    assert result_of(runs) == expected
+
+
+def test_a_full_volume_during_a_write_loses_that_checkpoint_only_and_the_run_says_so(finished, tmp_path):
+    # The run directory on a filesystem of its own, full while checkpoint 8 is written (the probe
+    # fills it just before rank 0 writes its shard, and frees it after): a real ENOSPC.
+    _, expected = finished
+    run = tmp_path / "run"
+    run.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "ddp-infra-test", str(run)], check=True)
+    try:
+        runs = world_of_two(tmp_path, "full", EVERY_4, PROBE_FULL_STEP="8")
+        assert result_of(runs) == expected, "a checkpoint that cannot be written changes nothing in the training"
+        text = runs[0][1]
+        assert "[CKPT] could not save ckpt-00000008 (periodic): rank 0: OSError: [Errno 28] No space left on device" in text, text[-3000:]
+        assert "the newest checkpoint is still ckpt-00000004; training goes on and the next checkpoint tries again" in text
+        assert sorted(records(run)) == [4, 12, 16, 20, 24, 28, 32], "the checkpoints before and after are whole"
+        assert not (run / "checkpoints" / "ckpt-00000008").exists(), "the torn one is removed"
+        resumed = copy_checkpoints_up_to(run, 12, tmp_path / "resumed")
+    finally:
+        subprocess.run(["umount", str(run)], check=True)
+    runs = world_of_two(resumed.parent, "resumed", EVERY_4)
+    assert "[CKPT] resumed from ckpt-00000012:" in runs[0][1], runs[0][1][-3000:]
     assert result_of(runs) == expected
 
 

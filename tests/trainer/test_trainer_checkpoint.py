@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from trainer.checkpoint.digests import crc32_of, share_of
 from trainer.checkpoint.record import FORMAT, CheckpointRecord
 from trainer.checkpoint.store import CheckpointStore, UnreadableFormat
 
@@ -133,3 +134,22 @@ def test_a_record_as_the_untyped_writer_wrote_it_still_counts(store):
     }))  # fmt: skip
     found = store.newest_complete()
     assert (found.step, found.record.reason, found.record.world_size, found.record.progress) == (50, "epoch end", 2, progress)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 5])
+def test_the_ranks_share_the_digests_each_file_read_once(world_size):
+    names = [f"__{rank}_0.distcp" for rank in range(4)] + [".metadata"]
+    shares = [share_of(names, rank, world_size) for rank in range(world_size)]
+    assert sorted(name for share in shares for name in share) == sorted(names)
+
+
+def test_a_digest_changes_with_one_flipped_bit_at_the_same_size(tmp_path):
+    path = tmp_path / "shard"
+    path.write_bytes(bytes(range(256)) * 40000)  # more than one read's chunk
+    before = crc32_of(path)
+    with open(path, "r+b") as file:
+        file.seek(9_000_000)
+        byte = file.read(1)[0]
+        file.seek(9_000_000)
+        file.write(bytes([byte ^ 0x01]))
+    assert crc32_of(path) != before and len(before) == 8

@@ -28,6 +28,8 @@ class CheckpointRecord:
     scaler: dict[str, Any]  # fp16's loss scaler; empty in bf16 and fp32
     step: int = 0  # the global step: set by the store when it commits
     files: dict[str, int] = field(default_factory=dict)  # each shard file and its size: set by the store
+    # each file's CRC-32 (trainer/checkpoint/digests.py): set by the store; none in records of trainers before it
+    digests: dict[str, str] = field(default_factory=dict)
     format: int = FORMAT
 
     def to_json(self) -> dict[str, Any]:

@@ -2,9 +2,9 @@
 
 Saving: every rank, at the same step, hands over its state and the record; each writes its share
 in the background (trainer/checkpoint/sharded.py) and rank 0 commits the record
-(trainer/checkpoint/store.py). Resuming: rank 0 chooses the newest complete checkpoint, every rank
-loads that one, and when it cannot be loaded (on any rank: the error reaches every rank alike) all
-go on together to the one before.
+(trainer/checkpoint/store.py). Resuming: rank 0 chooses the newest complete checkpoint, the ranks
+check its files against the record's digests, every rank loads it, and when it differs or cannot be
+loaded (on any rank: the verdict reaches every rank alike) all go on together to the one before.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Callable
 from torch.distributed.checkpoint.api import CheckpointException
 
 from trainer import console
-from trainer.checkpoint import sharded
+from trainer.checkpoint import digests, sharded
 from trainer.checkpoint.record import CheckpointRecord
 from trainer.checkpoint.store import CheckpointStore, UnreadableFormat
 from trainer.distributed import Dist, background_group, main_decides
@@ -55,6 +55,11 @@ class RunCheckpoints:
             if "error" in chosen:
                 raise UnreadableFormat(chosen["error"])
             shards = Path(chosen["directory"])
+            damaged = digests.mismatches(shards, chosen["record"].digests, self.group)
+            if damaged:
+                self._log(f"[CKPT] skipping {shards.name}: {'; '.join(damaged)}")
+                failed_step = chosen["step"]
+                continue
             try:
                 load(shards, chosen["record"])
             except CheckpointException as exc:  # raised on every rank alike: all go on to the one before

@@ -5,8 +5,10 @@ A checkpoint of global step N is two things in the run's checkpoint directory:
   ckpt-<N>.json   its commit record (trainer/checkpoint/record.py), written by rank 0 after every
                   rank's shard is on disk
 The record is written to a temp file, fsynced and renamed, so it is whole or absent; it lists
-every file of the directory with its size. A directory without its record (a writer killed mid-way)
-or with a file of another size is not a checkpoint: resume passes over it to the one before.
+every file of the directory with its size and its CRC-32. A directory without its record (a writer
+killed mid-way) or with a file of another size is not a checkpoint: resume passes over it to the one
+before, as it does over one whose digests differ (checked by the ranks together:
+trainer/checkpoint/run_checkpoints.py).
 """
 
 from __future__ import annotations
@@ -52,11 +54,12 @@ class CheckpointStore:
     def shards_of(self, step: int) -> Path:
         return self.directory / f"ckpt-{step:08d}"
 
-    def commit(self, step: int, record: CheckpointRecord) -> Checkpoint:
-        """Make checkpoint `step` count: its shards are all written. Rank 0 calls it, then prunes."""
+    def commit(self, step: int, record: CheckpointRecord, digests: dict[str, str] | None = None) -> Checkpoint:
+        """Make checkpoint `step` count: its shards are all written (and read back into `digests`).
+        Rank 0 calls it, then prunes."""
         shards = self.shards_of(step)
         files = {p.name: p.stat().st_size for p in sorted(shards.iterdir()) if p.is_file()}
-        committed = replace(record, format=FORMAT, step=step, files=files)
+        committed = replace(record, format=FORMAT, step=step, files=files, digests=digests or {})
         path = self._record_path(step)
         text = json.dumps(committed.to_json(), indent=1)
         write_text_atomically(path, text, path.with_name(f".{path.name}{_TEMP_MARK}{os.getpid()}"))
