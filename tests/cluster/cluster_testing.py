@@ -293,6 +293,16 @@ def freeze_training(cluster: LocalCluster, pod: str) -> list[int]:
     return frozen
 
 
+def flip_a_bit(path: Path) -> None:
+    """One bit in the middle of `path` flipped in place, as a failing disk or a bad copy leaves a file: its size unchanged."""
+    middle = path.stat().st_size // 2
+    with open(path, "r+b") as file:
+        file.seek(middle)
+        byte = file.read(1)[0]
+        file.seek(middle)
+        file.write(bytes([byte ^ 0x10]))
+
+
 def kill_container(cluster: LocalCluster, pod: str) -> None:
     """SIGKILL to the container's PID 1 from the node, as the kernel's OOM killer or a crashed runtime
     would: with the trainer image, the entrypoint, and with it torchrun, the store (in pod 0) and the workers."""
