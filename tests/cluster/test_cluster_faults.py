@@ -1,7 +1,8 @@
 """Faults nobody stages on purpose, under the product's defaults: both pods deleted at once with no
-grace period (no SIGTERM checkpoint: the newest periodic one serves), then the newest checkpoint
-damaged on the volume at its own size while every training process is killed (each pod's torchrun
-restarts its workers, and the world must pass over the damaged checkpoint for the one before). The
+grace period (no SIGTERM checkpoint: the newest periodic one serves); every training process
+SIGKILLed while a checkpoint is being written (the torn one must not count); then the newest
+checkpoint damaged on the volume at its own size while every training process is killed (the world
+must pass over it for the one before). Each pod's torchrun restarts its workers after a kill. The
 run ends as an uninterrupted run.
 
 On the controllers' cluster (a plain Job, which none of them manages), beside the test cluster's
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
-from trainer_testing import done_lines, same_result
+from trainer_testing import done_lines, is_training_process, same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, all_logs, flip_a_bit, freeze_training, job_condition, newest_checkpoint,
+    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, all_logs, container_processes, flip_a_bit, freeze_training, job_condition, newest_checkpoint,
     pod_name, pod_resumed_lines, resumed_step, run_dir, wait_for, wait_for_checkpoint_after, wait_for_reform,
     wait_for_world, world_pods,
 )  # fmt: skip
@@ -25,7 +27,7 @@ from cluster_testing import (
 pytestmark = pytest.mark.timeout(1500)
 
 
-def test_pods_lost_together_without_grace_and_a_damaged_checkpoint_end_as_an_uninterrupted_run(
+def test_pods_lost_together_without_grace_a_kill_mid_write_and_a_damaged_checkpoint_end_as_an_uninterrupted_run(
     controllers_cluster, controllers_dev_image, controllers_stack, reference_result
 ):
     cluster = controllers_cluster
@@ -40,7 +42,13 @@ def test_pods_lost_together_without_grace_and_a_damaged_checkpoint_end_as_an_uni
     print(f"\n[figures] pods 0 and 1 deleted at once, no grace period: the world resumed {seconds:.1f} s later, from {line.split()[3]}")
     assert resumed_step(line) >= before["step"], (line, before)
 
-    wait_for_checkpoint_after(cluster, resumed_step(line))
+    torn, seen = _kill_training_during_a_checkpoint_write(cluster)
+    line, seconds = wait_for_reform(cluster, seen)
+    print(f"\n[figures] every training process killed while ckpt-{torn:08d} was written: the world resumed "
+          f"{seconds:.1f} s later, from {line.split()[3]}")  # fmt: skip
+    assert resumed_step(line) < torn, (line, torn)
+
+    wait_for_checkpoint_after(cluster, torn)
     seen = len(pod_resumed_lines(cluster))
     frozen = [pid for index in (0, 1) for pid in freeze_training(cluster, pod_name(cluster, index))]
     # Nothing commits a checkpoint now: the newest stays the newest until the world resumes.
@@ -61,3 +69,39 @@ def test_pods_lost_together_without_grace_and_a_damaged_checkpoint_end_as_an_uni
     finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
     assert [same_result(line) for line in finals] == [expected.result()] * 2
     assert newest_checkpoint(cluster)["step"] > damaged
+
+
+def _kill_training_during_a_checkpoint_write(cluster, attempts: int = 3) -> tuple[int, int]:
+    """SIGKILLs every training process of both pods the moment a checkpoint's directory appears
+    (its shards being written, its record not yet there); returns that checkpoint's step and pod 0's
+    count of resumes before the kill. A write that finished first (its record there after the
+    kill) is tried again at a later checkpoint."""
+    checkpoints = run_dir(cluster) / "checkpoints"
+    for _ in range(attempts):
+        recorded = newest_checkpoint(cluster)["step"]
+        training = [pid for index in (0, 1) for pid in container_processes(cluster, pod_name(cluster, index))
+                    if is_training_process(pid)]  # fmt: skip
+        seen = len(pod_resumed_lines(cluster))
+        writing = wait_for(lambda: _being_written(checkpoints, recorded), 120, "a checkpoint being written", interval=0.001)
+        for pid in training:
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: all(_dead(pid) for pid in training), 30, "the training processes to die", interval=0.05)
+        if not (checkpoints / f"ckpt-{writing:08d}.json").exists():
+            return writing, seen
+        wait_for_reform(cluster, seen)  # the write won the race: the world re-forms, and the next one is tried
+    raise AssertionError(f"no kill landed during a checkpoint write in {attempts} attempts")
+
+
+def _dead(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def _being_written(checkpoints: Path, recorded: int) -> int | None:
+    for entry in os.scandir(checkpoints):
+        name = entry.name
+        if entry.is_dir() and name.startswith("ckpt-") and int(name[5:13]) > recorded:
+            return int(name[5:13])
+    return None
