@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,44 @@ def logs(cluster: LocalCluster, namespace: str, pod: str, previous: bool = False
 def all_logs(cluster: LocalCluster, namespace: str, pod: str) -> str:
     """The pod's trainer log, the previous container's first (a StatefulSet restarts a finished one)."""
     return logs(cluster, namespace, pod, previous=True) + logs(cluster, namespace, pod)
+
+
+def timestamped_logs(cluster: LocalCluster, pod: str) -> list[tuple[datetime, str]]:
+    """The pod's current trainer log, each line with the time the runtime read it (ns resolution)."""
+    result = cluster.kubectl("logs", pod, "-n", NAMESPACE, "-c", "trainer", "--timestamps", check=False)
+    rows = []
+    for row in result.stdout.splitlines() if result.returncode == 0 else []:
+        stamp, _, text = row.partition(" ")
+        rows.append((datetime.fromisoformat(stamp), text))
+    return rows
+
+
+def reform_timeline(cluster: LocalCluster, lost_at: datetime, replaced: list[int]) -> dict[str, float]:
+    """Where a re-form's time went: seconds from the loss to each step the world took back to
+    training, read from the pods (their API times have a second's resolution) and their logs.
+    `replaced`: the indices whose pods were replaced."""
+    def since(moment: datetime | str) -> float:
+        moment = datetime.fromisoformat(moment) if isinstance(moment, str) else moment
+        return round((moment - lost_at).total_seconds(), 1)
+
+    def first(rows: list[tuple[datetime, str]], prefix: str, after: datetime = lost_at) -> float | None:
+        return next((since(at) for at, text in rows if at > after and text.startswith(prefix)), None)
+
+    found = world_pods(cluster)
+    timeline: dict[str, float | None] = {}
+    for index in replaced:
+        pod = found[index]
+        rows = timestamped_logs(cluster, pod["metadata"]["name"])
+        timeline[f"pod {index} created"] = since(pod["metadata"]["creationTimestamp"])
+        timeline[f"pod {index} container started"] = since(pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"])
+        timeline[f"pod {index} entrypoint's first line"] = since(rows[0][0]) if rows else None
+        timeline[f"pod {index} torchrun started"] = first(rows, "[DDP] torchrun ")
+    rows = timestamped_logs(cluster, found[0]["metadata"]["name"])
+    timeline["rank 0 in the process group"] = first(rows, "[DDP] process global_rank=0 ")
+    resumed = next((at for at, text in rows if at > lost_at and text.startswith("[CKPT] resumed from ")), lost_at)
+    timeline["checkpoint loaded"] = since(resumed) if resumed > lost_at else None
+    timeline["first [TRAIN] line"] = first(rows, "[TRAIN] ", after=resumed)
+    return timeline
 
 
 def exec_python(cluster: LocalCluster, namespace: str, pod: str, code: str) -> str:

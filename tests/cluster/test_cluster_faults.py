@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from trainer_testing import done_lines, is_training_process, same_result
 
 from cluster_testing import (
     CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, all_logs, container_processes, flip_a_bit, freeze_training, job_condition, newest_checkpoint,
-    pod_name, pod_resumed_lines, resumed_step, run_dir, wait_for, wait_for_checkpoint_after, wait_for_reform,
+    pod_name, pod_resumed_lines, reform_timeline, resumed_step, run_dir, wait_for, wait_for_checkpoint_after, wait_for_reform,
     wait_for_world, world_pods,
 )  # fmt: skip
 
@@ -36,17 +37,20 @@ def test_pods_lost_together_without_grace_a_kill_mid_write_and_a_damaged_checkpo
     wait_for_world(cluster)
 
     before = wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
+    lost_at = datetime.now(timezone.utc)
     cluster.kubectl("delete", "pod", pod_name(cluster, 0), pod_name(cluster, 1), "-n", NAMESPACE, "--grace-period=0",
                     "--force", "--wait=false")  # fmt: skip
     line, seconds = wait_for_reform(cluster, 0)  # a new pod 0: a new log
     print(f"\n[figures] pods 0 and 1 deleted at once, no grace period: the world resumed {seconds:.1f} s later, from {line.split()[3]}")
     assert resumed_step(line) >= before["step"], (line, before)
+    _print_timeline(cluster, "pods 0 and 1 deleted at once", lost_at, [0, 1])
 
-    torn, seen = _kill_training_during_a_checkpoint_write(cluster)
+    torn, seen, lost_at = _kill_training_during_a_checkpoint_write(cluster)
     line, seconds = wait_for_reform(cluster, seen)
     print(f"\n[figures] every training process killed while ckpt-{torn:08d} was written: the world resumed "
           f"{seconds:.1f} s later, from {line.split()[3]}")  # fmt: skip
     assert resumed_step(line) < torn, (line, torn)
+    _print_timeline(cluster, "every training process killed", lost_at, [])
 
     wait_for_checkpoint_after(cluster, torn)
     seen = len(pod_resumed_lines(cluster))
@@ -56,6 +60,7 @@ def test_pods_lost_together_without_grace_a_kill_mid_write_and_a_damaged_checkpo
     steps = sorted(int(path.name[5:13]) for path in checkpoints.glob("ckpt-*.json"))
     damaged, older = steps[-1], steps[-2]
     flip_a_bit(checkpoints / f"ckpt-{damaged:08d}" / "__1_0.distcp")
+    lost_at = datetime.now(timezone.utc)
     for pid in frozen:
         os.kill(pid, signal.SIGKILL)
     line, seconds = wait_for_reform(cluster, seen)
@@ -64,6 +69,7 @@ def test_pods_lost_together_without_grace_a_kill_mid_write_and_a_damaged_checkpo
     log = all_logs(cluster, NAMESPACE, pod_name(cluster, 0))
     assert f"[CKPT] skipping ckpt-{damaged:08d}: __1_0.distcp's CRC-32 is " in log, log[-3000:]
     assert resumed_step(line) == older, (line, damaged, older)
+    _print_timeline(cluster, "newest checkpoint damaged, every training process killed", lost_at, [])
 
     assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
     finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
@@ -71,11 +77,17 @@ def test_pods_lost_together_without_grace_a_kill_mid_write_and_a_damaged_checkpo
     assert newest_checkpoint(cluster)["step"] > damaged
 
 
-def _kill_training_during_a_checkpoint_write(cluster, attempts: int = 3) -> tuple[int, int]:
+def _print_timeline(cluster, what: str, lost_at: datetime, replaced: list[int]) -> None:
+    timeline = wait_for(lambda: (t := reform_timeline(cluster, lost_at, replaced))["first [TRAIN] line"] and t, 120,
+                        "the re-formed world's first [TRAIN] line")  # fmt: skip
+    print(f"\n[figures] {what}, seconds after the loss: {timeline}")
+
+
+def _kill_training_during_a_checkpoint_write(cluster, attempts: int = 3) -> tuple[int, int, datetime]:
     """SIGKILLs every training process of both pods the moment a checkpoint's directory appears
-    (its shards being written, its record not yet there); returns that checkpoint's step and pod 0's
-    count of resumes before the kill. A write that finished first (its record there after the
-    kill) is tried again at a later checkpoint."""
+    (its shards being written, its record not yet there); returns that checkpoint's step, pod 0's
+    count of resumes before the kill, and the kill's time. A write that finished first (its record
+    there after the kill) is tried again at a later checkpoint."""
     checkpoints = run_dir(cluster) / "checkpoints"
     for _ in range(attempts):
         recorded = newest_checkpoint(cluster)["step"]
@@ -83,11 +95,12 @@ def _kill_training_during_a_checkpoint_write(cluster, attempts: int = 3) -> tupl
                     if is_training_process(pid)]  # fmt: skip
         seen = len(pod_resumed_lines(cluster))
         writing = wait_for(lambda: _being_written(checkpoints, recorded), 120, "a checkpoint being written", interval=0.001)
+        killed_at = datetime.now(timezone.utc)
         for pid in training:
             os.kill(pid, signal.SIGKILL)
         wait_for(lambda: all(_dead(pid) for pid in training), 30, "the training processes to die", interval=0.05)
         if not (checkpoints / f"ckpt-{writing:08d}.json").exists():
-            return writing, seen
+            return writing, seen, killed_at
         wait_for_reform(cluster, seen)  # the write won the race: the world re-forms, and the next one is tried
     raise AssertionError(f"no kill landed during a checkpoint write in {attempts} attempts")
 

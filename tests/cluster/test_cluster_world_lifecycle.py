@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from trainer_testing import done_lines, same_result
 
 from cluster_testing import (
     CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, all_logs, evict, get,
-    job_condition, kill_container, newest_checkpoint, pod_name, pod_resumed_lines, pods, resumed_step, run_dir, wait_for,
+    job_condition, kill_container, newest_checkpoint, pod_name, pod_resumed_lines, pods, reform_timeline, resumed_step, run_dir, wait_for,
     wait_for_checkpoint_after, wait_for_reform, wait_for_world, world_pods,
 )  # fmt: skip
 from ddp_infra.claim_changes import ClaimChangeRefused
@@ -47,7 +48,9 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
 
     def lose(what: str, how) -> None:
         before = wait_for_checkpoint_after(cluster, max([newest_checkpoint(cluster)["step"], CHECKPOINT_EVERY - 1]))
-        seen = 0 if what.startswith("pod 0") else len(pod_resumed_lines(cluster))  # a new pod 0 starts a new log
+        lost = 0 if what.startswith("pod 0") else 1
+        seen = 0 if lost == 0 else len(pod_resumed_lines(cluster))  # a new pod 0 starts a new log
+        lost_at = datetime.now(timezone.utc)
         how()
         line, seconds = wait_for_reform(cluster, seen)
         # At most one checkpoint interval is lost: the world resumes from the newest checkpoint
@@ -55,6 +58,9 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
         assert resumed_step(line) >= before["step"], (what, line, before)
         figures[what] = round(seconds, 1)
         print(f"\n[figures] {what}: the world resumed {seconds:.1f} s later, from {line.split()[3]}")
+        timeline = wait_for(lambda: (t := reform_timeline(cluster, lost_at, [lost]))["first [TRAIN] line"] and t, 120,
+                            "the re-formed world's first [TRAIN] line")  # fmt: skip
+        print(f"\n[figures] {what}, seconds after the loss: {timeline}")
 
     lose("pod 0 killed", lambda: kill_container(cluster, pod_name(cluster, 0)))
     lose("pod 1 deleted", lambda: cluster.kubectl("delete", "pod", pod_name(cluster, 1), "-n", NAMESPACE, "--wait=false"))
