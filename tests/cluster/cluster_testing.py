@@ -244,6 +244,12 @@ def reform_timeline(cluster: LocalCluster, lost_at: datetime, replaced: list[int
         timeline[f"pod {index} container started"] = since(pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"])
         timeline[f"pod {index} entrypoint's first line"] = since(rows[0][0]) if rows else None
         timeline[f"pod {index} torchrun started"] = first(rows, "[DDP] torchrun ")
+    for index in sorted(set(found) - set(replaced) - {0}):  # a survivor re-joins when pod 0 (the store's host) is lost
+        rows = timestamped_logs(cluster, found[index]["metadata"]["name"])
+        timeline[f"pod {index} [HANG] line"] = first(rows, "[HANG]")
+        timeline[f"pod {index} re-joining"] = first(rows, "[DDP] re-joining")
+        rejoined = next((at for at, text in rows if at > lost_at and text.startswith("[DDP] re-joining")), None)
+        timeline[f"pod {index} torchrun started again"] = rejoined and first(rows, "[DDP] torchrun ", after=rejoined)
     rows = timestamped_logs(cluster, found[0]["metadata"]["name"])
     timeline["rank 0 in the process group"] = first(rows, "[DDP] process global_rank=0 ")
     resumed = next((at for at, text in rows if at > lost_at and text.startswith("[CKPT] resumed from ")), lost_at)

@@ -49,6 +49,27 @@ def test_waits_for_a_port_that_opens_late():
 
 
 @pytest.mark.timeout(30)
+def test_a_master_that_comes_back_is_looked_for_at_least_once_a_second(monkeypatch):
+    # A pod re-joining after pod 0's loss waits here while the Job replaces pod 0: a wait that
+    # backs off to 5 s found the new pod 0 up to 5 s after it listened (seen on the local cluster).
+    port = free_port()
+    waits: list[float] = []
+    listener = socket.socket()
+
+    def sleep(seconds: float) -> None:  # the schedule is recorded, not slept: the listener opens after 8 waits
+        waits.append(seconds)
+        if len(waits) == 8:
+            listener.bind(("127.0.0.1", port))
+            listener.listen()
+
+    monkeypatch.setattr(preflight.time, "sleep", sleep)
+    with listener:
+        check = wait_for_endpoint("localhost", port, deadline_s=60, log=lambda _: None)
+    assert check.status == OK, check
+    assert len(waits) == 8 and waits[0] == 0.5 and max(waits) <= 1.0, waits
+
+
+@pytest.mark.timeout(30)
 def test_a_name_that_resolves_is_not_enough_when_the_port_is_closed():
     check = wait_for_endpoint("localhost", free_port(), deadline_s=1.0, log=lambda _: None, first_delay_s=0.1)
     assert check.status == FAIL
