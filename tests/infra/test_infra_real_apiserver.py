@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from typing import Any
+from typing import Any, Iterable
 
 import pytest
 
@@ -40,10 +40,14 @@ def install_crds(api: LocalApiServer, addon: ControllerAddOn) -> None:
         pytest.skip(f"{addon.name}'s CRDs come with its controller, which the toolchain lacks: {missing}")
     crds = [doc for doc in addon.api_objects(addon.install_manifests(manager)) if doc["kind"] == "CustomResourceDefinition"]
     kubectl(api, "apply", "--server-side", "-f", "-", documents=crds)
-    # Polled, not `kubectl wait --for=condition`: that fails at once on a CRD the API server has
-    # not yet given any condition (`.status.conditions accessor error`, seen in make test).
+    wait_established(api, addon.crds)
+
+
+def wait_established(api: LocalApiServer, crds: Iterable[str]) -> None:
+    """Polled, not `kubectl wait --for=condition`: that fails at once on a CRD the API server has
+    not yet given any condition (`.status.conditions accessor error`, seen in make test)."""
     established = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
-    for crd in addon.crds:
+    for crd in crds:
         wait_for(lambda: kubectl(api, "get", f"crd/{crd}", "-o", established) == "True", KUBECTL_TIMEOUT,
                  f"CRD {crd} Established", interval=0.2)  # fmt: skip
 
@@ -196,8 +200,9 @@ def volcano_crds(api) -> None:
     crds = tool_dir() / "volcano-crds"
     if not crds.is_dir():
         pytest.skip(f"Volcano's CRDs are not in the toolchain ({crds}): run `make setup`")
-    kubectl(api, "apply", "--server-side", "-f", "-", documents=volcano.crds(crds))
-    kubectl(api, "wait", "--for=condition=Established", "crd/podgroups.scheduling.volcano.sh", "--timeout=60s")
+    documents = volcano.crds(crds)
+    kubectl(api, "apply", "--server-side", "-f", "-", documents=documents)
+    wait_established(api, [doc["metadata"]["name"] for doc in documents])
 
 
 @pytest.mark.timeout(180)
