@@ -71,10 +71,11 @@ def main_decides(d: Dist, value: Any) -> Any:
     return pickle.loads(_to_bytes(buffer))
 
 
-def every_rank(d: Dist, value: Any) -> list[Any]:
-    """Each rank's `value`, by rank, on every rank (one collective: call it on every rank)."""
-    values: list[Any] = [None] * d.world_size
-    dist.all_gather_object(values, value)
+def every_rank(value: Any, group: dist.ProcessGroup | None = None) -> list[Any]:
+    """Each rank's `value`, by rank, on every rank of `group` (the world's by default; one
+    collective: call it on every rank)."""
+    values: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(values, value, group=group)
     return values
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from trainer.distributed import every_rank
+
 _CHUNK = 8 << 20
 
 
@@ -39,7 +41,7 @@ def of_checkpoint(directory: Path, group: dist.ProcessGroup) -> dict[str, str]:
     except OSError as exc:
         mine = {"": f"rank {dist.get_rank(group)}: {type(exc).__name__}: {exc}"}
     found: dict[str, str] = {}
-    for share in _every_rank(mine, group):
+    for share in every_rank(mine, group):
         if "" in share:
             raise OSError(f"reading the checkpoint back failed on {share['']}")
         found.update(share)
@@ -56,14 +58,8 @@ def mismatches(directory: Path, digests: dict[str, str], group: dist.ProcessGrou
             actual = f"unreadable ({type(exc).__name__}: {exc})"
         if actual != digests[name]:
             mine.append(f"{name}'s CRC-32 is {actual}, its record says {digests[name]}")
-    return sorted(line for share in _every_rank(mine, group) for line in share)
+    return sorted(line for share in every_rank(mine, group) for line in share)
 
 
 def _mine(names: list[str], group: dist.ProcessGroup) -> list[str]:
     return share_of(names, dist.get_rank(group), dist.get_world_size(group))
-
-
-def _every_rank(value, group: dist.ProcessGroup) -> list:
-    values = [None] * dist.get_world_size(group)
-    dist.all_gather_object(values, value, group=group)
-    return values
