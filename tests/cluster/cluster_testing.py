@@ -17,7 +17,7 @@ from ddp_infra.claim_changes import ClaimChangeRefused
 from infra_harness import DELETE, Evaluation, evaluate, stack_config_with, stack_file_config
 from pulumi_project import PulumiProject, Result
 from trainer import contract
-from trainer_testing import is_training_process, resumed_lines, uninterrupted_result
+from trainer_testing import done_lines, is_training_process, resumed_lines, uninterrupted_result
 from waiting import wait_for
 from demo.stack import write_stack_config
 from toolchain.cluster import LocalCluster
@@ -224,16 +224,18 @@ def timestamped_logs(cluster: LocalCluster, pod: str) -> list[tuple[datetime, st
     return rows
 
 
-def reform_timeline(cluster: LocalCluster, lost_at: datetime, replaced: list[int]) -> dict[str, float]:
+def reform_timeline(cluster: LocalCluster, lost_at: datetime, replaced: list[int]) -> dict[str, float | None]:
     """Where a re-form's time went: seconds from the loss to each step the world took back to
     training, read from the pods (their API times have a second's resolution) and their logs.
     `replaced`: the indices whose pods were replaced."""
-    def since(moment: datetime | str) -> float:
+    def since(moment: datetime | str | None) -> float | None:
+        if moment is None:
+            return None
         moment = datetime.fromisoformat(moment) if isinstance(moment, str) else moment
         return round((moment - lost_at).total_seconds(), 1)
 
-    def first(rows: list[tuple[datetime, str]], prefix: str, after: datetime = lost_at) -> float | None:
-        return next((since(at) for at, text in rows if at > after and text.startswith(prefix)), None)
+    def first_at(rows: list[tuple[datetime, str]], prefix: str, after: datetime = lost_at) -> datetime | None:
+        return next((at for at, text in rows if at > after and text.startswith(prefix)), None)
 
     found = world_pods(cluster)
     timeline: dict[str, float | None] = {}
@@ -243,19 +245,31 @@ def reform_timeline(cluster: LocalCluster, lost_at: datetime, replaced: list[int
         timeline[f"pod {index} created"] = since(pod["metadata"]["creationTimestamp"])
         timeline[f"pod {index} container started"] = since(pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"])
         timeline[f"pod {index} entrypoint's first line"] = since(rows[0][0]) if rows else None
-        timeline[f"pod {index} torchrun started"] = first(rows, "[DDP] torchrun ")
+        timeline[f"pod {index} torchrun started"] = since(first_at(rows, "[DDP] torchrun "))
     for index in sorted(set(found) - set(replaced) - {0}):  # a survivor re-joins when pod 0 (the store's host) is lost
         rows = timestamped_logs(cluster, found[index]["metadata"]["name"])
-        timeline[f"pod {index} [HANG] line"] = first(rows, "[HANG]")
-        timeline[f"pod {index} re-joining"] = first(rows, "[DDP] re-joining")
-        rejoined = next((at for at, text in rows if at > lost_at and text.startswith("[DDP] re-joining")), None)
-        timeline[f"pod {index} torchrun started again"] = rejoined and first(rows, "[DDP] torchrun ", after=rejoined)
+        timeline[f"pod {index} [HANG] line"] = since(first_at(rows, "[HANG]"))
+        rejoined = first_at(rows, "[DDP] re-joining")
+        timeline[f"pod {index} re-joining"] = since(rejoined)
+        timeline[f"pod {index} torchrun started again"] = since(rejoined and first_at(rows, "[DDP] torchrun ", after=rejoined))
     rows = timestamped_logs(cluster, found[0]["metadata"]["name"])
-    timeline["rank 0 in the process group"] = first(rows, "[DDP] process global_rank=0 ")
-    resumed = next((at for at, text in rows if at > lost_at and text.startswith("[CKPT] resumed from ")), lost_at)
-    timeline["checkpoint loaded"] = since(resumed) if resumed > lost_at else None
-    timeline["first [TRAIN] line"] = first(rows, "[TRAIN] ", after=resumed)
+    timeline["rank 0 in the process group"] = since(first_at(rows, "[DDP] process global_rank=0 "))
+    resumed = first_at(rows, "[CKPT] resumed from ")
+    timeline["checkpoint loaded"] = since(resumed)
+    timeline["first [TRAIN] line"] = since(first_at(rows, "[TRAIN] ", after=resumed or lost_at))
     return timeline
+
+
+def print_reform_timeline(cluster: LocalCluster, what: str, lost_at: datetime, replaced: list[int]) -> None:
+    """reform_timeline once the re-formed world has logged its first step, printed for the docs."""
+    timeline = wait_for(lambda: (t := reform_timeline(cluster, lost_at, replaced))["first [TRAIN] line"] and t, 120,
+                        "the re-formed world's first [TRAIN] line")  # fmt: skip
+    print(f"\n[figures] {what}, seconds after the loss: {timeline}")
+
+
+def final_done_lines(cluster: LocalCluster) -> list[dict[str, str]]:
+    """The last [DONE] line of each pod of the world, once it has ended."""
+    return [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
 
 
 def exec_python(cluster: LocalCluster, namespace: str, pod: str, code: str) -> str:
@@ -328,24 +342,19 @@ def container_pid(cluster: LocalCluster, pod: str) -> int:
     return first[0]
 
 
+def training_processes(cluster: LocalCluster, pod: str) -> list[int]:
+    """The pod's training processes (torchrun's workers), seen from the node."""
+    return [pid for pid in container_processes(cluster, pod) if is_training_process(pid)]
+
+
 def freeze_training(cluster: LocalCluster, pod: str) -> list[int]:
     """SIGSTOP to the pod's training processes from the node, as a stuck GPU or host leaves them:
     torchrun and the entrypoint still run. Returns their pids."""
-    frozen = [pid for pid in container_processes(cluster, pod) if is_training_process(pid)]
+    frozen = training_processes(cluster, pod)
     assert frozen, f"no training process in pod {pod}"
     for pid in frozen:
         os.kill(pid, signal.SIGSTOP)
     return frozen
-
-
-def flip_a_bit(path: Path) -> None:
-    """One bit in the middle of `path` flipped in place, as a failing disk or a bad copy leaves a file: its size unchanged."""
-    middle = path.stat().st_size // 2
-    with open(path, "r+b") as file:
-        file.seek(middle)
-        byte = file.read(1)[0]
-        file.seek(middle)
-        file.write(bytes([byte ^ 0x10]))
 
 
 def kill_container(cluster: LocalCluster, pod: str) -> None:

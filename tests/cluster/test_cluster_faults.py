@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from trainer_testing import done_lines, is_training_process, same_result
+from trainer_testing import flip_a_bit, same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, all_logs, container_processes, flip_a_bit, freeze_training, job_condition, newest_checkpoint,
-    pod_name, pod_resumed_lines, reform_timeline, resumed_step, run_dir, wait_for, wait_for_checkpoint_after, wait_for_reform,
-    wait_for_world, world_pods,
+    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, all_logs, final_done_lines, freeze_training, job_condition, newest_checkpoint,
+    pod_name, pod_resumed_lines, print_reform_timeline, resumed_step, run_dir, training_processes, wait_for, wait_for_checkpoint_after, wait_for_reform,
+    wait_for_world,
 )  # fmt: skip
 
 pytestmark = pytest.mark.timeout(1500)
@@ -43,14 +43,14 @@ def test_pods_lost_together_without_grace_a_kill_mid_write_and_a_damaged_checkpo
     line, seconds = wait_for_reform(cluster, 0)  # a new pod 0: a new log
     print(f"\n[figures] pods 0 and 1 deleted at once, no grace period: the world resumed {seconds:.1f} s later, from {line.split()[3]}")
     assert resumed_step(line) >= before["step"], (line, before)
-    _print_timeline(cluster, "pods 0 and 1 deleted at once", lost_at, [0, 1])
+    print_reform_timeline(cluster, "pods 0 and 1 deleted at once", lost_at, [0, 1])
 
     torn, seen, lost_at = _kill_training_during_a_checkpoint_write(cluster)
     line, seconds = wait_for_reform(cluster, seen)
     print(f"\n[figures] every training process killed while ckpt-{torn:08d} was written: the world resumed "
           f"{seconds:.1f} s later, from {line.split()[3]}")  # fmt: skip
     assert resumed_step(line) < torn, (line, torn)
-    _print_timeline(cluster, "every training process killed", lost_at, [])
+    print_reform_timeline(cluster, "every training process killed", lost_at, [])
 
     wait_for_checkpoint_after(cluster, torn)
     seen = len(pod_resumed_lines(cluster))
@@ -69,18 +69,12 @@ def test_pods_lost_together_without_grace_a_kill_mid_write_and_a_damaged_checkpo
     log = all_logs(cluster, NAMESPACE, pod_name(cluster, 0))
     assert f"[CKPT] skipping ckpt-{damaged:08d}: __1_0.distcp's CRC-32 is " in log, log[-3000:]
     assert resumed_step(line) == older, (line, damaged, older)
-    _print_timeline(cluster, "newest checkpoint damaged, every training process killed", lost_at, [])
+    print_reform_timeline(cluster, "newest checkpoint damaged, every training process killed", lost_at, [])
 
     assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
-    finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
+    finals = final_done_lines(cluster)
     assert [same_result(line) for line in finals] == [expected.result()] * 2
     assert newest_checkpoint(cluster)["step"] > damaged
-
-
-def _print_timeline(cluster, what: str, lost_at: datetime, replaced: list[int]) -> None:
-    timeline = wait_for(lambda: (t := reform_timeline(cluster, lost_at, replaced))["first [TRAIN] line"] and t, 120,
-                        "the re-formed world's first [TRAIN] line")  # fmt: skip
-    print(f"\n[figures] {what}, seconds after the loss: {timeline}")
 
 
 def _kill_training_during_a_checkpoint_write(cluster, attempts: int = 3) -> tuple[int, int, datetime]:
@@ -91,8 +85,7 @@ def _kill_training_during_a_checkpoint_write(cluster, attempts: int = 3) -> tupl
     checkpoints = run_dir(cluster) / "checkpoints"
     for _ in range(attempts):
         recorded = newest_checkpoint(cluster)["step"]
-        training = [pid for index in (0, 1) for pid in container_processes(cluster, pod_name(cluster, index))
-                    if is_training_process(pid)]  # fmt: skip
+        training = [pid for index in (0, 1) for pid in training_processes(cluster, pod_name(cluster, index))]
         seen = len(pod_resumed_lines(cluster))
         writing = wait_for(lambda: _being_written(checkpoints, recorded), 120, "a checkpoint being written", interval=0.001)
         killed_at = datetime.now(timezone.utc)

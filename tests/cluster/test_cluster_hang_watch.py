@@ -10,11 +10,11 @@ test cluster's journeys (tests/conftest.py).
 from __future__ import annotations
 
 import pytest
-from trainer_testing import done_lines, same_result
+from trainer_testing import same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, all_logs, freeze_training, job_condition, pod_name, pod_resumed_lines,
-    resumed_step, wait_for, wait_for_checkpoint_after, wait_for_reform, wait_for_world, world_pods,
+    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, all_logs, final_done_lines, freeze_training, job_condition, pod_name, pod_resumed_lines,
+    resumed_step, wait_for, wait_for_checkpoint_after, wait_for_reform, wait_for_world,
 )  # fmt: skip
 
 pytestmark = pytest.mark.timeout(1500)
@@ -43,5 +43,5 @@ def test_a_frozen_pod_is_found_by_the_hang_watch_and_the_world_re_forms_exactly(
     assert f"in pod {pod_1}" in hangs[0] and "(bound 30 s)" in hangs[0], hangs[0]
 
     assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
-    finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
+    finals = final_done_lines(cluster)
     assert [same_result(line) for line in finals] == [expected.result()] * 2

@@ -17,7 +17,7 @@ import pytest
 from trainer_testing import done_lines, epoch_records, same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, WORKLOAD, all_logs, get, kill_container,
+    CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, WORKLOAD, all_logs, final_done_lines, get, kill_container,
     newest_checkpoint, pod_resumed_lines, resumed_step, run_dir, wait_for, world_pods, world_running,
 )  # fmt: skip
 from trainer import contract
@@ -135,7 +135,7 @@ def test_losing_any_pod_restarts_the_whole_world_from_its_checkpoint(controllers
 
     assert wait_for(lambda: terminal_state(cluster), 900, "the JobSet to end", interval=3) == "Completed"
     assert jobset_status(cluster)["restarts"] == len(losses)
-    finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
+    finals = final_done_lines(cluster)
     assert sorted(line["rank"] for line in finals) == ["0", "1"]
     # The same final loss and weights as a world never disrupted: each restart resumed exactly.
     assert [same_result(line) for line in finals] == [expected.result()] * 2

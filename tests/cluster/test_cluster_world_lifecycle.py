@@ -16,11 +16,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from trainer_testing import done_lines, same_result
+from trainer_testing import same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, all_logs, evict, get,
-    job_condition, kill_container, newest_checkpoint, pod_name, pod_resumed_lines, pods, reform_timeline, resumed_step, run_dir, wait_for,
+    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, evict, final_done_lines, get,
+    job_condition, kill_container, newest_checkpoint, pod_name, pod_resumed_lines, pods, print_reform_timeline, resumed_step, run_dir, wait_for,
     wait_for_checkpoint_after, wait_for_reform, wait_for_world, world_pods,
 )  # fmt: skip
 from ddp_infra.claim_changes import ClaimChangeRefused
@@ -58,9 +58,7 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
         assert resumed_step(line) >= before["step"], (what, line, before)
         figures[what] = round(seconds, 1)
         print(f"\n[figures] {what}: the world resumed {seconds:.1f} s later, from {line.split()[3]}")
-        timeline = wait_for(lambda: (t := reform_timeline(cluster, lost_at, [lost]))["first [TRAIN] line"] and t, 120,
-                            "the re-formed world's first [TRAIN] line")  # fmt: skip
-        print(f"\n[figures] {what}, seconds after the loss: {timeline}")
+        print_reform_timeline(cluster, what, lost_at, [lost])
 
     lose("pod 0 killed", lambda: kill_container(cluster, pod_name(cluster, 0)))
     lose("pod 1 deleted", lambda: cluster.kubectl("delete", "pod", pod_name(cluster, 1), "-n", NAMESPACE, "--wait=false"))
@@ -68,7 +66,7 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
     print(f"\n[figures] seconds from losing a pod to the world resumed: {figures}")
 
     assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
-    finals = [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
+    finals = final_done_lines(cluster)
     assert sorted(line["rank"] for line in finals) == ["0", "1"]
     # The same final loss and weights as a world that was never disrupted: the resumes were exact.
     assert [same_result(line) for line in finals] == [expected.result()] * 2

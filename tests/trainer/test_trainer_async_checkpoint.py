@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from trainer_testing import PYTHON, clean_env, done_lines, free_port, kill_tree, same_result
+from trainer_testing import PYTHON, clean_env, done_lines, flip_a_bit, free_port, kill_tree, same_result
 
 PROBE = str(Path(__file__).with_name("checkpoint_probe.py"))
 # 16 optimizer steps an epoch (1024 samples, 2 ranks x 32), 32 in all; a checkpoint every 4 steps
@@ -79,6 +79,16 @@ def copy_checkpoints_up_to(run: Path, step: int, to: Path) -> Path:
     return to / "run"
 
 
+def resumes_from_8_passing_over_12(tmp_path: Path, expected: dict[str, str], because: str) -> None:
+    """A world of two started on checkpoints up to 12, the 12th damaged: it says why it passes over
+    it, resumes from 8, and ends with the uninterrupted run's result."""
+    runs = world_of_two(tmp_path, "resumed", EVERY_4)
+    text = runs[0][1]
+    assert f"[CKPT] skipping ckpt-00000012: {because}" in text, text[-3000:]
+    assert "[CKPT] resumed from ckpt-00000008:" in text, text[-3000:]
+    assert result_of(runs) == expected
+
+
 def test_every_rank_writes_its_share_and_the_record_says_what_a_resume_needs(finished):
     run, _ = finished
     found = records(run)
@@ -111,11 +121,7 @@ def test_an_unloadable_newest_checkpoint_falls_back_to_the_one_before(finished, 
     # A record without digests, as trainers before them wrote: only the load can find the damage.
     record_path = resumed / "checkpoints" / "ckpt-00000012.json"
     record_path.write_text(json.dumps({k: v for k, v in json.loads(record_path.read_text()).items() if k != "digests"}))
-    runs = world_of_two(tmp_path, "resumed", EVERY_4)
-    text = runs[0][1]
-    assert "[CKPT] skipping ckpt-00000012: unloadable" in text, text[-3000:]
-    assert "[CKPT] resumed from ckpt-00000008:" in text, text[-3000:]
-    assert result_of(runs) == expected
+    resumes_from_8_passing_over_12(tmp_path, expected, because="unloadable")
 
 
 def test_a_newest_checkpoint_damaged_on_disk_at_its_own_size_falls_back_to_the_one_before(finished, tmp_path):
@@ -123,15 +129,8 @@ def test_a_newest_checkpoint_damaged_on_disk_at_its_own_size_falls_back_to_the_o
     # torch.distributed.checkpoint would read the damaged weights without a word.
     run, expected = finished
     resumed = copy_checkpoints_up_to(run, 12, tmp_path)
-    shard = resumed / "checkpoints" / "ckpt-00000012" / "__1_0.distcp"
-    damaged = bytearray(shard.read_bytes())
-    damaged[len(damaged) // 2] ^= 0x10
-    shard.write_bytes(bytes(damaged))
-    runs = world_of_two(tmp_path, "resumed", EVERY_4)
-    text = runs[0][1]
-    assert "[CKPT] skipping ckpt-00000012: __1_0.distcp's CRC-32 is " in text, text[-3000:]
-    assert "[CKPT] resumed from ckpt-00000008:" in text, text[-3000:]
-    assert result_of(runs) == expected
+    flip_a_bit(resumed / "checkpoints" / "ckpt-00000012" / "__1_0.distcp")
+    resumes_from_8_passing_over_12(tmp_path, expected, because="__1_0.distcp's CRC-32 is ")
 
 
 def test_a_full_volume_during_a_write_loses_that_checkpoint_only_and_the_run_says_so(finished, tmp_path):

@@ -174,6 +174,16 @@ def worker_pids(pod_pid: int) -> list[int]:
     return [pid for pid in descendants(pod_pid) if is_training_process(pid)]
 
 
+def flip_a_bit(path: Path) -> None:
+    """One bit in the middle of `path` flipped in place, as a failing disk or a bad copy leaves a file: its size unchanged."""
+    middle = path.stat().st_size // 2
+    with open(path, "r+b") as file:
+        file.seek(middle)
+        byte = file.read(1)[0]
+        file.seek(middle)
+        file.write(bytes([byte ^ 0x10]))
+
+
 def is_training_process(pid: int) -> bool:
     """A training process (torchrun's worker, `python -m trainer.train`): not torchrun, and not the
     entrypoint, whose command lines name the training module too."""
