@@ -32,10 +32,13 @@ def start_node(cluster: RunningCluster, binaries: dict[str, str]) -> None:
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
         "authorization": {"mode": "AlwaysAllow"},
         "failSwapOn": False,
-        # The imported images are the only copies (no registry to pull them again from).
+        # The imported images are the only copies (no registry to pull them again from): no image
+        # garbage collection (100 turns it off), and no disk-pressure eviction ("0%" turns a
+        # threshold off), which would evict the training pods and taint the node. The cluster
+        # checks its disk before it starts instead (containerd.ensure_room).
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "0%", "imagefs.available": "0%"},
         "volumePluginDir": "/var/lib/kubelet/volume-plugins",
         "serializeImagePulls": False,
     }
