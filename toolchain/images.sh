@@ -7,9 +7,10 @@
 # docker-archive tar that `ctr -n k8s.io images import <tar>` (containerd 1.6) accepts:
 #   - pause:        the pod sandbox, one static C binary (toolchain/pause.c), also its `python`;
 #   - trainer-base: Debian bookworm (debootstrap minbase) with Debian's python3, a virtualenv at
-#                   /opt/venv first on PATH, and the pins of trainer/requirements.txt (torch with
-#                   its nvidia-* CUDA libraries: about 5 GB installed) from PyPI; it stands in
-#                   for the pytorch/pytorch base and lives only in buildah's storage, not as a tar;
+#                   /opt/venv first on PATH, and the pins of trainer/requirements.txt from PyPI;
+#                   torch's nvidia-* CUDA libraries (3 GB) slimmed to what a CPU-only node needs
+#                   to import torch (toolchain/cuda_stubs.py); it stands in for the pytorch/pytorch
+#                   base and lives only in buildah's storage, not as a tar;
 #   - trainer:      trainer/Dockerfile as it is, build context trainer/, on that base, no pull.
 # Each image is named after a key, a hash of everything it is built from: its recipe below (the
 # bash text of its build function, comments aside), its sources, and the key of what it is
@@ -171,8 +172,12 @@ EOF
   in_root "$mnt" "${pip[@]}" install "${wheels[@]}" "pip==$pip_version"
   in_root "$mnt" "${pip[@]}" download --progress-bar off --dest /var/cache/ddp-wheels "${trainer_pins[@]}"
   in_root "$mnt" "${pip[@]}" install "${wheels[@]}" "${trainer_pins[@]}"
+  python3 "$here/cuda_stubs.py" "$mnt$venv"/lib/python3*/site-packages
+  # pip still sees every pin installed, and torch imports and trains on a CPU.
   in_root "$mnt" "${pip[@]}" check
-  in_root "$mnt" "$venv/bin/python" -c 'import torch; print("torch", torch.__version__)'
+  in_root "$mnt" "$venv/bin/python" -c 'import torch, torch.distributed
+assert not torch.cuda.is_available() and torch.distributed.is_gloo_available()
+print("torch", torch.__version__, "on a CPU:", float(torch.ones(4, 4).matmul(torch.ones(4, 4)).sum()))'
   # Lean: no apt lists or caches, no logs, docs or man pages, no build-time files; the container
   # runtime provides /dev, resolv.conf, hostname and hosts.
   rmdir "$mnt/var/cache/ddp-wheels"
@@ -295,7 +300,7 @@ hash16() { sha256sum | cut -c1-16; }
 # The keys: recipe text (bash's own rendering of the functions, so comments do not count) and
 # values, sources, and the key of the image underneath.
 pause_key=$({ declare -f build_pause export_image; cat "$here/pause.c"; } | hash16)
-base_key=$({ declare -f build_base in_root; declare -p suite debian_packages venv pip_version base_env trainer_pins; } | hash16)
+base_key=$({ declare -f build_base in_root; declare -p suite debian_packages venv pip_version base_env trainer_pins; cat "$here/cuda_stubs.py"; } | hash16)
 trainer_key=$({ declare -f build_trainer export_image; echo "base $base_key"; context_digest "$trainer_dir"; } | hash16)
 
 pause_ref=localhost/ddp-infra/pause:$pause_key
@@ -320,7 +325,7 @@ if [ -f "$pause_tar" ] && [ -f "$trainer_tar" ]; then
   exit 0
 fi
 
-for tool in buildah debootstrap gcc unshare flock python3; do
+for tool in buildah debootstrap gcc readelf unshare flock python3; do
   command -v "$tool" >/dev/null || { echo "[images] missing on this machine: $tool" >&2; exit 1; }
 done
 mkdir -p "$cache" "$logs"

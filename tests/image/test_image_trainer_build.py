@@ -1,7 +1,7 @@
 """The trainer image that toolchain/images.sh builds, read from its docker-archive tar, held to the
 contract and the Dockerfile; and the image keys, which follow the build context and nothing else.
 
-The image tests need the built tar (toolchain/images.sh, minutes and about 5 GB on a cold cache)
+The image tests need the built tar (toolchain/images.sh, minutes and about 8 GB under the cache on a cold one)
 and are skipped, with the missing path, without it. The key tests need only bash and python3.
 """
 
@@ -13,6 +13,7 @@ import platform
 import shlex
 import shutil
 import subprocess
+import sysconfig
 import tarfile
 from pathlib import Path
 
@@ -151,6 +152,31 @@ def test_the_base_layers_are_lean(image):
     assert members["etc/resolv.conf"].size == 0
 
 
+def test_the_base_holds_cuda_stubs_in_place_of_nvidias_libraries(image):
+    """toolchain/cuda_stubs.py's work, as the image holds it: under nvidia/ only small stubs and the
+    licenses, pip's metadata of every nvidia-* package kept (so the Dockerfile's pip install finds
+    the pins installed)."""
+    nvidia: dict[str, tarfile.TarInfo] = {}
+    metadata: set[str] = set()
+    with tarfile.open(image["tar"]) as outer:
+        for layer in image["manifest"]["Layers"][:-1]:
+            with tarfile.open(fileobj=outer.extractfile(layer)) as inner:
+                for member in inner:
+                    name = member.name.removeprefix("./").strip("/")
+                    site, _, below = name.partition("/site-packages/")
+                    if site.startswith("opt/venv/lib/python3") and below.startswith("nvidia/") and member.isfile():
+                        nvidia[below] = member
+                    elif below.startswith("nvidia_") and below.endswith(".dist-info/METADATA"):
+                        metadata.add(below.split("-", 1)[0])
+    libraries = {name: m.size for name, m in nvidia.items() if ".so" in name}
+    assert any(name.rsplit("/", 1)[-1].startswith("libcudart.so.") for name in libraries), sorted(nvidia)
+    assert max(libraries.values()) < 256 * 1024, sorted(libraries.items(), key=lambda item: -item[1])[:3]
+    assert all(".so" in name or name.rsplit("/", 1)[-1].startswith("LICENSE") for name in nvidia), sorted(nvidia)
+    # the same torch pin as this machine's virtualenv, so the same nvidia-* packages
+    here = {p.name.split("-", 1)[0] for p in Path(sysconfig.get_paths()["purelib"]).glob("nvidia_*.dist-info")}
+    assert here and metadata == here, (metadata, here)
+
+
 # --- the keys -------------------------------------------------------------------------------------
 def test_print_names_the_current_keys_under_the_cache_and_builds_nothing(tmp_path):
     cache = tmp_path / "cache"
@@ -168,7 +194,7 @@ def source_copy(tmp_path):
     """What the keys are computed from (the script, pause.c, trainer/) plus an unrelated README.md."""
     repo = tmp_path / "repo"
     (repo / "toolchain").mkdir(parents=True)
-    for name in ("images.sh", "pause.c"):
+    for name in ("images.sh", "pause.c", "cuda_stubs.py"):
         shutil.copy2(REPO / "toolchain" / name, repo / "toolchain" / name)
     shutil.copytree(TRAINER, repo / "trainer")
     shutil.copy2(REPO / "README.md", repo / "README.md")
@@ -221,6 +247,14 @@ def test_keys_follow_the_build_context_and_nothing_else(source_copy):
     assert changed["base"] != original["base"] and changed["trainer"] != original["trainer"]
     assert changed["pause"] == original["pause"]
     shutil.copy2(TRAINER / "requirements.txt", requirements)
+
+    # what slims the base's CUDA libraries: the base's key, and so the trainer's
+    cuda_stubs = repo / "toolchain" / "cuda_stubs.py"
+    cuda_stubs.write_text(cuda_stubs.read_text() + "\n# changed\n")
+    changed = keys(script)
+    assert changed["base"] != original["base"] and changed["trainer"] != original["trainer"]
+    assert changed["pause"] == original["pause"]
+    shutil.copy2(REPO / "toolchain" / "cuda_stubs.py", cuda_stubs)
 
     # pause.c: only the pause image's key
     pause_c = repo / "toolchain" / "pause.c"

@@ -16,8 +16,8 @@ from .network import POD_CIDR
 from .processes import ClusterError, Daemons
 
 
-# A store holds an imported image twice, its blobs and its unpacked snapshot: the 5.4-GB trainer
-# archive made a 12-GB store. Beyond the images, the pods' writable layers, logs and local volumes
+# A store holds an imported image twice, its blobs and its unpacked snapshot: a 2.63-GiB trainer
+# archive made a 5.24-GiB store, a 5.60-GiB one 11.19 GiB (bench/bench_image_store.py). Beyond the images, the pods' writable layers, logs and local volumes
 # need room, and the kubelet reclaims images (which it cannot pull again) when the disk is 99% full.
 STORE_FACTOR = 2.25
 HEADROOM = 4 * 2**30
