@@ -3,7 +3,7 @@
 #   1. a Python virtualenv with requirements-dev.txt (torch included), kept in the cache and
 #      linked as .venv, so a new clone of the repository reuses it instead of downloading torch again;
 #   2. the Debian packages of the local test cluster (containerd, runc, the CNI plugins, iptables,
-#      conntrack) and of the daemonless image build (buildah, skopeo, umoci, debootstrap,
+#      ipset, conntrack) and of the daemonless image build (buildah, skopeo, umoci, debootstrap,
 #      binutils);
 #   3. the Pulumi CLI, its Python language host and the Kubernetes provider, and the cluster's
 #      Kubernetes components, etcd and CoreDNS, built from Go modules (toolchain/build.sh);
@@ -24,7 +24,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   exit 1
 fi
 # The local cluster's and the image build's Debian packages (needs root, as the cluster does).
-debs=(containerd runc containernetworking-plugins iptables conntrack buildah skopeo umoci debootstrap binutils)
+debs=(containerd runc containernetworking-plugins iptables ipset conntrack buildah skopeo umoci debootstrap binutils)
 missing_debs=()
 for deb in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q 'ok installed' || missing_debs+=("$deb")

@@ -53,8 +53,14 @@ jobset_version=0.11.0
 kueue_version=0.12.3
 # Volcano's scheduler (`scheduling.gang.scheduler: volcano`): the only release of its module the proxy serves.
 volcano_version=1.10.0
+# kube-router's network policy controller, which enforces the stack's NetworkPolicy on the test
+# cluster. The only release the proxy serves; its advisories (GHSA-phqm-jgc3-qf8g: the service
+# proxy's external IPs; GHSA-v5mh-h5hx-7v92: the router's GoBGP API) are in the two parts the
+# cluster turns off (toolchain/cluster/node.py). kube-network-policies, the other enforcer served,
+# needs nftables' queue (CONFIG_NFT_QUEUE), which this kernel lacks.
+kube_router_version=2.1.0
 
-bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version-jobset-$jobset_version-kueue-$kueue_version-volcano-$volcano_version
+bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version-jobset-$jobset_version-kueue-$kueue_version-volcano-$volcano_version-kube-router-$kube_router_version
 if [ "${1:-}" = --bin-dir ]; then
   echo "$bin_dir"
   exit 0
@@ -72,6 +78,7 @@ actionlint_dir=$cache/actionlint-v$actionlint_version
 jobset_dir=$cache/jobset-v$jobset_version
 kueue_dir=$cache/kueue-v$kueue_version
 volcano_dir=$cache/volcano-v$volcano_version
+kube_router_dir=$cache/kube-router-v$kube_router_version
 logs=$cache/logs
 mkdir -p "$bin_dir" "$logs"
 
@@ -219,6 +226,13 @@ build_volcano() {
   src=$(module_dir "$module@v$volcano_version")
   mkdir out/volcano-crds
   cp "$src"/config/crd/volcano/bases/*.yaml "$src/installer/helm/chart/volcano/templates/scheduler.yaml" out/volcano-crds/
+}
+
+build_kube_router() {
+  local module=github.com/cloudnativelabs/kube-router/v2
+  export CGO_ENABLED=0
+  wrapped_build kube-router "$module/cmd/kube-router" "$module@v$kube_router_version" "" \
+    -ldflags "-X $module/pkg/version.Version=v$kube_router_version"
 }
 
 # Is version $1 at least $2 (semver order, as sort -V sees it)?
@@ -385,6 +399,8 @@ link "$kueue_dir/kueue-manager" kueue-manager
 component volcano "$volcano_dir" build_volcano
 link "$volcano_dir/vc-scheduler" vc-scheduler
 link "$volcano_dir/volcano-crds" volcano-crds
+component kube-router "$kube_router_dir" build_kube_router
+link "$kube_router_dir/kube-router" kube-router
 
 # The engine takes the provider from its plugin directory, so it never tries to download one.
 if [ -x "$bin_dir/pulumi" ] && [ -x "$provider_dir/pulumi-resource-kubernetes" ]; then

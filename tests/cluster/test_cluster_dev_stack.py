@@ -1,7 +1,7 @@
 """The dev stack's own objects on a real single-node cluster, running the image built from
 trainer/Dockerfile: a two-pod world that trains to completion through pod 0's DNS name and then
-stays finished; pods, DNS, the container's security context and mounts; and a pod deletion
-answered with a checkpoint."""
+stays finished; pods, DNS, the container's security context and mounts, the NetworkPolicy
+enforced; and a pod deletion answered with a checkpoint."""
 
 from __future__ import annotations
 
@@ -122,6 +122,73 @@ def _not_ready_pod(image: str, labels: dict[str, str]) -> dict:
     return pod
 
 
+# Connects to each of PORTS at ADDRESS and prints {port: "open", or why not}.
+CONNECT = """
+import json, socket
+reached = {}
+for port in PORTS:
+    probe = socket.socket()
+    probe.settimeout(3)
+    try:
+        probe.connect((ADDRESS, port))
+        reached[port] = "open"
+    except OSError as error:
+        reached[port] = error.strerror or type(error).__name__
+    finally:
+        probe.close()
+print(json.dumps(reached))
+"""
+# The TCP ports a pod listens on: its network namespace's sockets in state LISTEN (0A).
+LISTENING = """
+ports = set()
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for row in open(table).read().splitlines()[1:]:
+        local, state = row.split()[1], row.split()[3]
+        if state == "0A":
+            ports.add(int(local.rsplit(":", 1)[1], 16))
+print(" ".join(map(str, sorted(ports))))
+"""
+
+
+def _connect(cluster, pod: str, address: str, ports: list[int]) -> dict[int, str]:
+    out = exec_python(cluster, NAMESPACE, pod, CONNECT.replace("PORTS", repr(ports)).replace("ADDRESS", repr(address)))
+    return {int(port): result for port, result in json.loads(out).items()}
+
+
+def _the_network_policy_admits_only_the_world(cluster, names: dict[int, str], documents: list[dict]) -> None:
+    """While the world trains, a pod of the namespace outside the world reaches none of pod 0's
+    listening ports (the rendezvous store's and Gloo's), which pod 1 reaches; with the policy
+    removed, it reaches them. kube-router enforces the policy on this cluster."""
+    pod0 = get(cluster, "pod", names[0], NAMESPACE)
+    address = pod0["status"]["podIP"]
+    ports = [int(port) for port in exec_python(cluster, NAMESPACE, names[0], LISTENING).split()]
+    rendezvous = next(d for d in documents if d["kind"] == "Service")["spec"]["ports"][0]["port"]
+    assert rendezvous in ports and len(ports) > 1, ports  # the store and Gloo's listeners
+    assert _connect(cluster, names[1], address, [rendezvous]) == {rendezvous: "open"}
+
+    image = pod0["spec"]["containers"][0]["image"]
+    outsider = _pause_pod("outsider", image, {"app": "outsider"})
+    # a container named as the trainer's, so that exec_python finds it
+    outsider["spec"]["containers"][0].update(name="trainer", command=["python", "-c", "import time; time.sleep(3600)"])
+    outsider["spec"]["containers"][0]["resources"]["limits"]["memory"] = "128Mi"
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(outsider))
+    wait_for(lambda: running(get(cluster, "pod", "outsider", NAMESPACE)), 120, "the outsider pod to run")
+    blocked = _connect(cluster, "outsider", address, ports)
+    assert "open" not in blocked.values(), blocked
+
+    policy = next(d for d in documents if d["kind"] == "NetworkPolicy")
+    stored = get(cluster, "networkpolicy", policy["metadata"]["name"], NAMESPACE)
+    cluster.kubectl("delete", "networkpolicy", policy["metadata"]["name"], "-n", NAMESPACE)
+    wait_for(lambda: _connect(cluster, "outsider", address, [rendezvous]) == {rendezvous: "open"}, 60,
+             "the outsider to reach the rendezvous port once the policy is gone", interval=2)  # fmt: skip
+    restored = {key: stored[key] for key in ("apiVersion", "kind", "spec")}
+    restored["metadata"] = {key: stored["metadata"][key] for key in ("name", "namespace", "labels", "annotations") if key in stored["metadata"]}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(restored))
+    wait_for(lambda: "open" not in _connect(cluster, "outsider", address, [rendezvous]).values(), 60,
+             "the restored policy to block the outsider again", interval=2)  # fmt: skip
+    cluster.kubectl("delete", "pod", "outsider", "-n", NAMESPACE, "--wait=true", "--grace-period=1")
+
+
 def test_the_pods_on_a_real_node(cluster, dev_stack, tmp_path):
     """A world that keeps training while the test looks inside its pods, then loses a pod."""
     documents = dev_stack.up(run__args=LONG_RUN)
@@ -183,6 +250,8 @@ print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'shm': shm.f_blocks * 
     assert report["root"] == report["etc"] == "Read-only file system", report
     assert report["data"] is report["out"] is report["tmp"] is True, report
     assert report["shm"] == 512 * 1024**2  # the dev stack's shmSize: 512Mi
+
+    _the_network_policy_admits_only_the_world(cluster, names, documents)
 
     # kubectl delete pod: SIGTERM reaches the trainer, which checkpoints before the pod is gone.
     checkpoints = run_dir(cluster) / "checkpoints"

@@ -1,6 +1,7 @@
 """The cluster's control plane: etcd and kube-apiserver (their command lines shared with the test API
 server, toolchain/control_plane.py), kube-controller-manager and kube-scheduler, and what a cluster
-installer adds once the API server answers (CoreDNS's read access, local storage for claims)."""
+installer adds once the API server answers (CoreDNS's and kube-router's read access, local
+storage for claims)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from toolchain import control_plane
 
+from .credentials import COREDNS_USER, KUBE_ROUTER_USER
 from .network import API_PORT, NODE_IP, SERVICE_CIDR
 from .running import RunningCluster
 
@@ -39,16 +41,25 @@ def start_etcd_and_apiserver(cluster: RunningCluster, binaries: dict[str, str]) 
     ))  # fmt: skip
 
 
+def read_access(user: str, rules: list[tuple[str, list[str]]]) -> list[dict[str, Any]]:
+    """A ClusterRole named after `user` that lists, gets and watches (api group, resources) pairs, bound to it."""
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": user},
+         "rules": [{"apiGroups": [group], "resources": resources, "verbs": ["get", "list", "watch"]} for group, resources in rules]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": user},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]},
+    ]  # fmt: skip
+
+
 def bootstrap_objects(cluster: RunningCluster) -> None:
-    """What a cluster installer adds: CoreDNS's read access, and local storage for claims."""
+    """What a cluster installer adds: CoreDNS's and kube-router's read access, and local storage for claims."""
     volumes = cluster.run_dir / "volumes"
     objects: list[dict[str, Any]] = [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "ddp-infra:coredns"},
-         "rules": [{"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"], "verbs": ["list", "watch"]},
-                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "ddp-infra:coredns"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "ddp-infra:coredns"},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "ddp-infra:coredns"}]},
+        *read_access(COREDNS_USER, [("", ["endpoints", "services", "pods", "namespaces"]), ("discovery.k8s.io", ["endpointslices"])]),
+        # what its network policy controller watches (its informers start for all of these)
+        *read_access(KUBE_ROUTER_USER, [("", ["namespaces", "pods", "services", "nodes", "endpoints"]),
+                                        ("networking.k8s.io", ["networkpolicies"]), ("discovery.k8s.io", ["endpointslices"])]),
         # The default class: claims without a class (the dev stack's) bind to a local volume
         # once their pod is scheduled, as on a cloud cluster's default class.
         {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",

@@ -11,6 +11,9 @@ from toolchain import certificates
 
 from .network import API_PORT, KUBERNETES_SERVICE_IP, NODE_IP
 
+COREDNS_USER = "ddp-infra:coredns"
+KUBE_ROUTER_USER = "ddp-infra:kube-router"
+
 
 def write_credentials(pki: Path, *, name: str, node_name: str, domain: str, context: str,
                       addon_users: dict[str, str]) -> dict[str, str]:
@@ -29,7 +32,8 @@ def write_credentials(pki: Path, *, name: str, node_name: str, domain: str, cont
         "kube-scheduler": ("system:kube-scheduler", ""),
         "kubelet": (f"system:node:{node_name}", "system:nodes"),
         "kube-proxy": ("system:kube-proxy", ""),
-        "coredns": ("ddp-infra:coredns", ""),
+        "coredns": (COREDNS_USER, ""),
+        "kube-router": (KUBE_ROUTER_USER, ""),
         **{addon: (user, "") for addon, user in addon_users.items()},
     }
     tokens = {key: secrets.token_hex(16) for key in identities}

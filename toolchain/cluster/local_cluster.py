@@ -26,7 +26,7 @@ from .processes import ClusterError, Daemons, alive, send, wait_gone
 
 HERE = Path(__file__).resolve().parent.parent  # toolchain/
 CACHE = Path(os.environ.get("DDP_INFRA_CACHE", Path.home() / ".cache" / "ddp-infra"))
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns", "kube-router")
 
 
 def image_archives() -> dict[str, tuple[str, Path]]:
@@ -114,7 +114,9 @@ class LocalCluster:
             control_plane.start_controllers(self, binaries)
             node.start_node(self, binaries)
             self.daemons.wait(lambda: node.node_ready(self), deadline, f"node {self.node_name} Ready")
+            node.start_network_policy(self, binaries)
             self.daemons.wait(lambda: node.dns_ready(self), deadline, "CoreDNS ready")
+            self.daemons.wait(lambda: node.policy_ready(self), deadline, "kube-router's network policy controller")
             self.daemons.wait(self._default_service_account, deadline, "the default ServiceAccount (controllers running)")
             for addon in ADDONS.values():
                 if addon.name in self.addons:

@@ -1,12 +1,15 @@
-"""The cluster's one node: the kubelet (on containerd, in the cluster's cgroups), kube-proxy, and
-CoreDNS, which answers for the cluster's domain only."""
+"""The cluster's one node: the kubelet (on containerd, in the cluster's cgroups), kube-proxy,
+CoreDNS, which answers for the cluster's domain only, and kube-router's network policy controller,
+which enforces NetworkPolicy."""
 
 from __future__ import annotations
 
 import json
 
-from .network import NODE_IP, POD_CIDR
+from .network import NODE_IP, POD_CIDR, SERVICE_CIDR
 from .running import RunningCluster
+
+KUBE_ROUTER_HEALTH_PORT = 20244
 
 
 def start_node(cluster: RunningCluster, binaries: dict[str, str]) -> None:
@@ -81,6 +84,22 @@ def start_node(cluster: RunningCluster, binaries: dict[str, str]) -> None:
     cluster.spawn("coredns", [binaries["coredns"], "-conf", str(corefile)])
 
 
+def start_network_policy(cluster: RunningCluster, binaries: dict[str, str]) -> None:
+    """NetworkPolicy enforced in the node's iptables and ipsets (pods on the CNI bridge are filtered
+    through bridge netfilter, on in the namespace) by kube-router's network policy controller, once
+    the node is registered (it finds its own Node object at start). Its router and service proxy
+    stay off: kube-proxy serves Services, and the advisories of the served release are in those two."""
+    pki = cluster.run_dir / "pki"
+    cluster.spawn("kube-router", [
+        binaries["kube-router"],
+        "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--run-loadbalancer=false",
+        "--kubeconfig", str(pki / "kube-router.kubeconfig"),
+        "--hostname-override", cluster.node_name,
+        "--service-cluster-ip-range", SERVICE_CIDR,
+        "--health-port", str(KUBE_ROUTER_HEALTH_PORT),
+    ])  # fmt: skip
+
+
 def node_ready(cluster: RunningCluster) -> bool:
     out = cluster.kubectl("get", "node", cluster.node_name, "-o", "json", check=False)
     if out.returncode != 0:
@@ -91,3 +110,8 @@ def node_ready(cluster: RunningCluster) -> bool:
 
 def dns_ready(cluster: RunningCluster) -> bool:
     return cluster.probe_ok(f"http://{NODE_IP}:8181/ready")
+
+
+def policy_ready(cluster: RunningCluster) -> bool:
+    """kube-router's controllers answer healthy once their caches synced and their first sync ran."""
+    return cluster.probe_ok(f"http://127.0.0.1:{KUBE_ROUTER_HEALTH_PORT}/healthz")
