@@ -26,7 +26,7 @@ IbHca = Annotated[
     str,
     AfterValidator(
         pattern(
-            r"[\^=]?[A-Za-z0-9_]+(:\d+)?(,[A-Za-z0-9_]+(:\d+)?)*",
+            r"[\^=]?[A-Za-z0-9_]+(:[0-9]+)?(,[A-Za-z0-9_]+(:[0-9]+)?)*",
             "NCCL's HCA list: names or prefixes with optional :port, '^' to exclude, '=' for exact names, e.g. mlx5 or =mlx5_0:1,mlx5_1:1",
         )
     ),
@@ -78,7 +78,7 @@ class NetworkConfig(Model):
 class RendezvousConfig(Model):
     port: int = Field(29500, ge=1024, le=65535, description="Rendezvous / TCPStore port on pod 0.")
     backend: Literal[contract.RDZV_BACKENDS] = Field("c10d", description="torchrun rendezvous backend.")  # type: ignore[valid-type]
-    endpoint: Optional[Annotated[str, AfterValidator(pattern(r"[A-Za-z0-9.-]+:\d{1,5}", "host:port"))]] = Field(
+    endpoint: Optional[Annotated[str, AfterValidator(pattern(r"[A-Za-z0-9.-]+:[0-9]{1,5}", "host:port"))]] = Field(
         None, description="host:port of an etcd for etcd-v2 (other backends use pod 0)."
     )
     join_timeout_seconds: int = Field(1800, ge=30, le=86400, description="Seconds to wait for the whole world.")

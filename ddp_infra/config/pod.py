@@ -10,6 +10,7 @@ and Job semantics rest on) and what has a config key of its own.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Annotated, Any, Iterator, Optional
 
@@ -39,6 +40,21 @@ AbsolutePath = Annotated[
 SubPath = Annotated[
     str, AfterValidator(pattern(r"(?!/)(?!(.*/)?\.\.(/|$)).+", "a relative path without '..' in it, e.g. logs/rank-0"))
 ]
+
+
+# Labels the Job controller sets on its pods: the API server refuses a Job whose template sets one of
+# those its selector matches (controller-uid, job-name, and their batch.kubernetes.io/ names), and the
+# controller overwrites the others. Refused whatever the kind, so a stack keeps its labels when its
+# workload.kind changes.
+JOB_CONTROLLER_LABELS = ("controller-uid", "job-name")
+JOB_CONTROLLER_LABEL_PREFIX = "batch.kubernetes.io/"
+NOT_A_JOB_CONTROLLER_LABEL = (
+    f"a key other than the Job controller's ({', '.join(JOB_CONTROLLER_LABELS)}, {JOB_CONTROLLER_LABEL_PREFIX}...), which it sets on its pods"
+)
+
+
+def is_job_controller_label(key: str) -> bool:
+    return key in JOB_CONTROLLER_LABELS or key.startswith(JOB_CONTROLLER_LABEL_PREFIX)
 
 
 # Pod spec fields that have a config key of their own, so that each has one source of truth.
@@ -88,6 +104,8 @@ def owned_paths_in(patch: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...
     for key in metadata.get("labels") or {}:
         if key.startswith(RESERVED_LABEL_PREFIX):
             yield ("metadata", "labels", key), f"a label outside {RESERVED_LABEL_PREFIX} (the program sets those and selects on them)"
+        elif is_job_controller_label(key):
+            yield ("metadata", "labels", key), NOT_A_JOB_CONTROLLER_LABEL
     for key in spec:
         if key in CONFIGURED_SPEC_FIELDS:
             yield ("spec", key), f"no value here: set {CONFIGURED_SPEC_FIELDS[key]}"
@@ -196,7 +214,7 @@ class PodConfig(Model):
                     ("volumes", index, "name"), f"a name not used by another volume ({', '.join(PROGRAM_VOLUMES)} are the program's)", name
                 )
         known = set(names) | set(PROGRAM_VOLUMES)
-        paths = [mount.mount_path.rstrip("/") or "/" for mount in self.volume_mounts]
+        paths = [_normalized(mount.mount_path) for mount in self.volume_mounts]
         for index, mount in enumerate(self.volume_mounts):
             if mount.name not in known:
                 raise field_problem(("volumeMounts", index, "name"), "the name of a volume of pod.volumes or of the program's", mount.name)
@@ -221,6 +239,11 @@ class PodConfig(Model):
                         mount.get("name") if isinstance(mount, dict) else mount,
                     )
         return self
+
+
+def _normalized(path: str) -> str:
+    """The directory a mount path names: /a/../out, //out and /out/. all mount over /out."""
+    return posixpath.normpath("/" + path.lstrip("/"))
 
 
 def _lookup(document: Any, path: tuple[str | int, ...]) -> Any:

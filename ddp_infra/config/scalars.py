@@ -32,7 +32,8 @@ def pattern(regex: str, allowed: str) -> Callable[[str], str]:
     return rule(re.compile(regex).fullmatch, allowed)
 
 
-_QUANTITY_RE = r"[+]?(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?\d+)?"
+# [0-9], not \d: Python's \d (and Decimal) take any script's digits, Kubernetes ASCII ones only.
+_QUANTITY_RE = r"[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][+-]?[0-9]+)?"
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"m": Decimal("0.001"), "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 # Kubernetes counts bytes, millicores and devices in int64 (Quantity.Value, MilliValue): an
@@ -196,7 +197,7 @@ SecretEnvName = Annotated[
     ),
 ]
 Duration = Annotated[
-    str, AfterValidator(pattern(r"[1-9]\d*(s|m|h)", "a Pulumi duration such as 600s, 30m or 2h"))
+    str, AfterValidator(pattern(r"[1-9][0-9]*(s|m|h)", "a Pulumi duration such as 600s, 30m or 2h"))
 ]
 # A secret (the token, a secretEnv value) never enters the model as text: it is a secret Output.
 SecretString = Annotated[

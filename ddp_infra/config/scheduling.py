@@ -14,6 +14,32 @@ from .scalars import DNS_SUBDOMAIN_RE, DnsLabel, DnsSubdomain, LabelKey, LabelVa
 MAX_EXACT_NUMBER = 2**53 - 1
 
 
+# Node labels Kubernetes deprecated, which the API server warns about in a pod's nodeSelector and
+# topology spread (pkg/api/node/util.go), and what replaces each.
+DEPRECATED_NODE_LABELS = {
+    "beta.kubernetes.io/arch": "kubernetes.io/arch",
+    "beta.kubernetes.io/os": "kubernetes.io/os",
+    "beta.kubernetes.io/instance-type": "node.kubernetes.io/instance-type",
+    "failure-domain.beta.kubernetes.io/region": "topology.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone": "topology.kubernetes.io/zone",
+    "node-role.kubernetes.io/master": "node-role.kubernetes.io/control-plane",
+    "scheduler.alpha.kubernetes.io/preferAvoidPods": "taints and tolerations",
+    "app.kubernetes.io/created-by": None,
+}
+
+
+def _not_deprecated(key: str) -> str:
+    if key in DEPRECATED_NODE_LABELS:
+        instead = DEPRECATED_NODE_LABELS[key]
+        allowed = "a node label Kubernetes has not deprecated" + (f" (use {instead})" if instead else "")
+        raise PydanticCustomError("pattern", "{allowed}", {"allowed": allowed})
+    return key
+
+
+_not_deprecated.allowed = "not a deprecated node label such as beta.kubernetes.io/arch"  # type: ignore[attr-defined]
+NodeLabelKey = Annotated[LabelKey, AfterValidator(_not_deprecated)]
+
+
 class Toleration(Model):
     key: Optional[LabelKey] = Field(None, description="Taint key (unset with Exists: every taint).")
     operator: Literal["Exists", "Equal"] = Field("Equal", description="How value is matched.")
@@ -39,7 +65,7 @@ class Toleration(Model):
 
 class TopologySpreadConfig(Model):
     enabled: bool = Field(True, description="Spread pods over topologyKey.")
-    topology_key: LabelKey = Field("kubernetes.io/hostname", description="Node label to spread over.")
+    topology_key: NodeLabelKey = Field("kubernetes.io/hostname", description="Node label to spread over.")
     max_skew: int = Field(1, ge=1, le=1024, description="Largest allowed difference in pod count.")
     when_unsatisfiable: Literal["ScheduleAnyway", "DoNotSchedule"] = Field(
         "ScheduleAnyway", description="Whether spreading is a preference or a rule."
@@ -95,7 +121,7 @@ class GangConfig(Model):
 
 
 class SchedulingConfig(Model):
-    node_selector: dict[LabelKey, LabelValue] = Field({}, description="Pod nodeSelector.")
+    node_selector: dict[NodeLabelKey, LabelValue] = Field({}, description="Pod nodeSelector.")
     tolerations: tuple[Toleration, ...] = Field((), description="Pod tolerations.")
     affinity: Annotated[Optional[dict[str, Any]], AfterValidator(_check_affinity)] = Field(
         None, description="Pod affinity, as Kubernetes writes it (nodeAffinity, podAffinity, podAntiAffinity)."

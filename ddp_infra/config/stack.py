@@ -6,13 +6,13 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 from trainer import contract
 
 from ..names import PROGRAM_ENV, RESERVED_LABEL_PREFIX, SECONDARY_NETWORKS_ANNOTATION
 from .network import NetworkConfig, RendezvousConfig
-from .pod import PodConfig
+from .pod import NOT_A_JOB_CONTROLLER_LABEL, PodConfig, is_job_controller_label
 from .problems import NOT_SHOWN, Problem, full_key
 from .resources import ResourcesConfig
 from .scheduling import SchedulingConfig
@@ -32,16 +32,23 @@ MAX_GPUS_PER_NODE = 16
 # The API server refuses an object whose annotations' keys and values add up to more than 256 KiB;
 # 1 KiB of it is left for the program's own (pulumi.com/waitFor, the Multus and Volcano ones).
 MAX_ANNOTATION_BYTES = 256 * 1024 - 1024
-# Annotations the API server reads as settings of the pods (ValidatePodSpecificAnnotations). Those
-# that duplicate a field of the pod are refused: the field is the way to set it, and the program sets
-# some of them (the pods' seccompProfile), which the annotation would then have to match.
+# Annotations the API server reads as settings of the pods (ValidatePodSpecificAnnotations, and the
+# warnings of pkg/api/pod/warnings.go). Those that duplicate a field of the pod are refused: the
+# field is the way to set it, and the program sets some of them (the pods' seccompProfile), which the
+# annotation would then have to match. The API server warns about the ones that do nothing any more,
+# and refuses a static pod's mirror annotation on a pod that names no node.
 POD_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 _DEPRECATED = "no value here: a deprecated annotation; set the "
+_SYSCTLS = "no value here: does nothing since Kubernetes 1.11; set the pods' securityContext.sysctls with pod.templatePatch"
 POD_FIELD_ANNOTATIONS = {
     "scheduler.alpha.kubernetes.io/tolerations": "no value here: set scheduling.tolerations",
     "seccomp.security.alpha.kubernetes.io/pod": _DEPRECATED + "pods' securityContext.seccompProfile (RuntimeDefault) with pod.templatePatch",
     "container.seccomp.security.alpha.kubernetes.io/": _DEPRECATED + "container's securityContext.seccompProfile (pod.sidecars, pod.templatePatch)",
     "container.apparmor.security.beta.kubernetes.io/": _DEPRECATED + "container's securityContext.appArmorProfile (pod.sidecars, pod.templatePatch)",
+    "scheduler.alpha.kubernetes.io/critical-pod": "no value here: does nothing since Kubernetes 1.16; set scheduling.priorityClassName",
+    "security.alpha.kubernetes.io/sysctls": _SYSCTLS,
+    "security.alpha.kubernetes.io/unsafe-sysctls": _SYSCTLS,
+    "kubernetes.io/config.mirror": "no value here: it marks a static pod's mirror, which the API server refuses on a pod without a node",
 }
 
 
@@ -54,12 +61,12 @@ def _check_annotations(annotations: dict[str, str]) -> dict[str, str]:
             if key == name or (name.endswith("/") and key.startswith(name)):
                 raise field_problem((key,), allowed, value)
     cost = annotations.get(POD_DELETION_COST)
-    if cost is not None and not (re.fullmatch(r"-\d+|0|[1-9]\d*", cost) and -(2**31) <= int(cost) < 2**31):
+    if cost is not None and not (re.fullmatch(r"-[0-9]+|0|[1-9][0-9]*", cost) and -(2**31) <= int(cost) < 2**31):
         raise field_problem((POD_DELETION_COST,), "a 32-bit integer, e.g. 100 or -5 (the pods' deletion cost)", cost)
     return annotations
 
 
-_check_annotations.allowed = "at most 255 KiB in all; no seccomp, AppArmor or tolerations annotation: the pods' fields set those"  # type: ignore[attr-defined]
+_check_annotations.allowed = "at most 255 KiB in all; no pod annotation a field of the pod replaced (seccomp, AppArmor, sysctls, tolerations, critical-pod), nor a mirror pod's"  # type: ignore[attr-defined]
 
 
 # --- nested sections ----------------------------------------------------------------------------
@@ -68,6 +75,14 @@ class ImageConfig(Model):
     name: ImageReference = Field(description="Trainer image reference (registry/repository:tag or @digest).")
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field("IfNotPresent", description="imagePullPolicy.")
     pull_secrets: tuple[DnsSubdomain, ...] = Field((), description="Names of existing image pull Secrets.")
+
+    @model_validator(mode="after")
+    def _each_pull_secret_once(self) -> "ImageConfig":
+        """The API server warns about a pull Secret named twice."""
+        for index, name in enumerate(self.pull_secrets):
+            if name in self.pull_secrets[:index]:
+                raise field_problem(("pullSecrets", index), "a Secret not named before in the list", name)
+        return self
 
 
 class NamespaceConfig(Model):
@@ -190,6 +205,8 @@ def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
                     full_key(["labels", key]), repr(valid["labels"][key]),
                     f"a key outside {RESERVED_LABEL_PREFIX} (the program sets those and selects on them)",
                 ))
+            elif is_job_controller_label(key):
+                problems.append(Problem(full_key(["labels", key]), repr(valid["labels"][key]), NOT_A_JOB_CONTROLLER_LABEL))
     reserved = {var.name for var in contract.ALL} | set(PROGRAM_ENV)
     if have("env"):
         for name in valid["env"]:

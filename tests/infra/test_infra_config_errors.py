@@ -176,6 +176,26 @@ MALFORMED = [
      "ddp-infra:pod.volumeMounts[0].subPath", "'logs/../../etc'"),
     ("workload-priority-class-too-long", {"scheduling.gang": {"scheduler": "kueue", "queue": "team-a", "workloadPriorityClass": "p" * 64}},
      "ddp-infra:scheduling.gang.workloadPriorityClass", "'ppp"),
+    # Found by test_infra_config_vs_apiserver.py: accepted here, refused or warned about by the API server
+    ("quantity-in-other-digits", {"resources.requests.cpu": "١"}, "ddp-infra:resources.requests.cpu", "'١'"),
+    ("pod-deletion-cost-in-other-digits", {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-١"}},
+     'ddp-infra:annotations["controller.kubernetes.io/pod-deletion-cost"]', "'-١'"),
+    ("pull-secret-twice", {"image.pullSecrets": ["registry", "registry"]}, "ddp-infra:image.pullSecrets[1]", "'registry'"),
+    ("mirror-pod-annotation", {"annotations": {"kubernetes.io/config.mirror": "x"}}, 'ddp-infra:annotations["kubernetes.io/config.mirror"]', "'x'"),
+    ("critical-pod-annotation", {"annotations": {"scheduler.alpha.kubernetes.io/critical-pod": ""}},
+     'ddp-infra:annotations["scheduler.alpha.kubernetes.io/critical-pod"]', "''"),
+    ("sysctls-annotation", {"annotations": {"security.alpha.kubernetes.io/sysctls": "net.core.somaxconn=1024"}},
+     'ddp-infra:annotations["security.alpha.kubernetes.io/sysctls"]', "'net.core.somaxconn=1024'"),
+    ("deprecated-node-label", {"scheduling.nodeSelector": {"beta.kubernetes.io/arch": "amd64"}},
+     'ddp-infra:scheduling.nodeSelector["beta.kubernetes.io/arch"]', "'beta.kubernetes.io/arch'"),
+    ("deprecated-topology-key", {"scheduling.topologySpread.topologyKey": "failure-domain.beta.kubernetes.io/zone"},
+     "ddp-infra:scheduling.topologySpread.topologyKey", "'failure-domain.beta.kubernetes.io/zone'"),
+    ("job-controller-label", {"labels": {"batch.kubernetes.io/job-name": "other"}}, 'ddp-infra:labels["batch.kubernetes.io/job-name"]', "'other'"),
+    ("job-controller-legacy-label", {"labels": {"controller-uid": "x"}}, "ddp-infra:labels.controller-uid", "'x'"),
+    ("patch-job-controller-label", {"pod.templatePatch": {"metadata": {"labels": {"job-name": "other"}}}},
+     "ddp-infra:pod.templatePatch.metadata.labels.job-name", "'other'"),
+    ("mount-over-outputs-by-another-path", {"pod.volumeMounts": [{"name": "tmp", "mountPath": "/logs/../out"}]},
+     "ddp-infra:pod.volumeMounts[0].mountPath", "'/logs/../out'"),
 ]
 
 
@@ -266,6 +286,16 @@ def test_an_integer_out_of_range_or_not_a_number_is_answered_with_the_range(key,
     evaluation = harness.evaluate(malformed({key: value}))
     (problem,) = evaluation.error.problems
     assert problem.allowed == allowed, str(problem)
+
+
+@pytest.mark.parametrize("key, value, instead", [
+    ("scheduling.nodeSelector", {"failure-domain.beta.kubernetes.io/zone": "a"}, "topology.kubernetes.io/zone"),
+    ("scheduling.topologySpread.topologyKey", "beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type"),
+])  # fmt: skip
+def test_a_deprecated_node_label_is_answered_with_the_label_that_replaced_it(key, value, instead):
+    evaluation = harness.evaluate(malformed({key: value}))
+    (problem,) = evaluation.error.problems
+    assert problem.allowed == f"a node label Kubernetes has not deprecated (use {instead})", str(problem)
 
 
 @pulumi.runtime.test
