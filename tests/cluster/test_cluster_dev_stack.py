@@ -161,9 +161,14 @@ def _the_network_policy_admits_only_the_world(cluster, names: dict[int, str], do
     removed, it reaches them. kube-router enforces the policy on this cluster."""
     pod0 = get(cluster, "pod", names[0], NAMESPACE)
     address = pod0["status"]["podIP"]
-    ports = [int(port) for port in exec_python(cluster, NAMESPACE, names[0], LISTENING).split()]
     rendezvous = next(d for d in documents if d["kind"] == "Service")["spec"]["ports"][0]["port"]
-    assert rendezvous in ports and len(ports) > 1, ports  # the store and Gloo's listeners
+
+    def listening() -> list[int]:
+        return [int(port) for port in exec_python(cluster, NAMESPACE, names[0], LISTENING).split()]
+
+    # the store's port, then Gloo's listeners once the process group has formed
+    ports = wait_for(lambda: found if len(found := listening()) > 1 else None, 180, "pod 0's Gloo listeners", interval=2)
+    assert rendezvous in ports, ports
     assert _connect(cluster, names[1], address, [rendezvous]) == {rendezvous: "open"}
 
     image = pod0["spec"]["containers"][0]["image"]
