@@ -10,8 +10,12 @@ while a preview still shows it, unless `scheduling.fitCheck` says to warn or not
 
 A cluster that can grow (cluster-autoscaler or Karpenter is found) gets a warning instead: its
 nodes of today do not bound what it can give. So does a cluster whose nodes cannot be read (a
-user allowed only its namespace) or that has none. A queue's quota (Kueue, Volcano) is not
-counted here: the queue itself holds a world it cannot admit, and says why.
+user allowed only its namespace) or that has none.
+
+With a gang scheduler, the world's queue is read too (ddp_infra/queue_quota.py): a world larger
+than its queue can ever admit (Kueue's quota with what it may borrow, Volcano's capability) would
+wait in the queue for ever, and is refused the same way. A queue that cannot be read (not made
+yet, or not readable by the user) gets a warning.
 """
 
 from __future__ import annotations
@@ -25,18 +29,19 @@ from typing import Any, Optional
 import pulumi
 
 from .config import StackConfig, parse_quantity
-from .gang import pod_requests, quantity_text
+from .gang import amount_text, pod_requests
 from .names import PROJECT
 from .pod import pod_template
+from .queue_quota import QueueLimit, kueue_limit, queue_problem, volcano_limit
 from .reachability import needs_no_cluster
 from .world import World
 
 KUBECTL_TIMEOUT_S = 30
 # Taint effects that keep a pod off a node it does not tolerate (PreferNoSchedule only discourages).
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-BYTE_RESOURCES = ("memory", "ephemeral-storage")
 NODES_SHOWN = 8  # a refusal names this many nodes, then counts the rest
 UNSCHEDULABLE_TAINT = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+VOLCANO_DEFAULT_QUEUE = "default"  # where Volcano puts a PodGroup that names no queue
 
 
 class WorldCannotFit(pulumi.RunError):
@@ -143,21 +148,12 @@ def fit_problem(ask: PodAsk, pods: int, nodes: list[dict[str, Any]]) -> Optional
     room = sum(r.holds for r in rooms)
     if room >= pods:
         return None
-    each = ", ".join(f"{resource} {_amount(resource, amount)}" for resource, amount in ask.requests.items() if resource != "pods")
+    each = ", ".join(f"{resource} {amount_text(resource, amount)}" for resource, amount in ask.requests.items() if resource != "pods")
     lines = [f"node {r.name}: {r.holds} ({r.why})" for r in rooms[:NODES_SHOWN]]
     if len(rooms) > NODES_SHOWN:
         lines.append(f"... and {len(rooms) - NODES_SHOWN} more nodes, {sum(r.holds for r in rooms[NODES_SHOWN:])} pods between them")
     return (f"{PROJECT}:nodes asks for {pods} pods at once, each requesting {each}; the cluster's {len(rooms)} node(s) "
             f"can ever hold {room} of them:\n    " + "\n    ".join(lines))  # fmt: skip
-
-
-def _amount(resource: str, amount: Decimal) -> str:
-    """As a person writes it: bytes in Gi or Mi where they divide, CPUs in millis where fractional."""
-    if resource in BYTE_RESOURCES:
-        for suffix, unit in (("Gi", 2**30), ("Mi", 2**20)):
-            if amount % unit == 0:
-                return f"{int(amount // unit)}{suffix}"
-    return quantity_text(amount)
 
 
 def read_cluster(context: Optional[str]) -> tuple[list[dict[str, Any]], Optional[str]]:
@@ -181,9 +177,29 @@ def _kubectl_json(context: Optional[str], *args: str, check: bool = True) -> dic
     return json.loads(done.stdout)
 
 
+def read_queue_limit(config: StackConfig) -> Optional[QueueLimit]:
+    """What the world's gang scheduler's queue can ever admit (None: no queue is used).
+    Raises RuntimeError, with why, when the queue cannot be read or counted."""
+    gang, context = config.scheduling.gang, config.kubernetes.context
+    if gang.scheduler == "kueue":
+        local = _kubectl_json(context, "get", "localqueues.kueue.x-k8s.io", gang.queue, "-n", config.namespace.name)
+        cluster_queue = _kubectl_json(context, "get", "clusterqueues.kueue.x-k8s.io", local["spec"]["clusterQueue"])
+        cohort = cluster_queue["spec"].get("cohort")
+        others: list[dict[str, Any]] = []
+        if cohort:
+            if _kubectl_json(context, "get", "cohorts.kueue.x-k8s.io", cohort, check=False):
+                raise RuntimeError(f"its ClusterQueue's cohort {cohort} is a Cohort with quota of its own, which is not counted")
+            queues = _kubectl_json(context, "get", "clusterqueues.kueue.x-k8s.io")["items"]
+            others = [q for q in queues if q["spec"].get("cohort") == cohort and q["metadata"]["name"] != cluster_queue["metadata"]["name"]]
+        return kueue_limit(local, cluster_queue, others)
+    if gang.scheduler == "volcano":
+        return volcano_limit(_kubectl_json(context, "get", "queues.scheduling.volcano.sh", gang.queue or VOLCANO_DEFAULT_QUEUE))
+    return None
+
+
 def require_world_fits(world: World) -> None:
-    """Raise WorldCannotFit when the cluster can never hold the whole world at once (or warn, as
-    `scheduling.fitCheck` says); see the module's docstring."""
+    """Raise WorldCannotFit when the cluster's nodes can never hold the whole world at once, or its
+    queue never admit it (or warn, as `scheduling.fitCheck` says); see the module's docstring."""
     config: StackConfig = world.config
     mode = config.scheduling.fit_check
     if mode == "off" or needs_no_cluster(config.kubernetes):
@@ -194,18 +210,27 @@ def require_world_fits(world: World) -> None:
     except (OSError, RuntimeError, subprocess.TimeoutExpired, ValueError) as error:
         pulumi.log.warn(f"whether the world fits the cluster is not checked: its nodes cannot be read ({error}); set {key} to off to skip this")
         return
+    ask = PodAsk.of(pod_template(world))
+    refusals = []
     if not nodes:
         pulumi.log.warn("whether the world fits the cluster is not checked: the cluster has no nodes (yet)")
-        return
-    problem = fit_problem(PodAsk.of(pod_template(world)), world.nnodes, nodes)
-    if not problem:
-        return
-    if mode == "warn" or autoscaler:
-        grows = f" ({autoscaler} may add nodes)" if autoscaler else ""
-        pulumi.log.warn(f"the world may not fit the cluster{grows}: {problem}")
-        return
-    raise WorldCannotFit(
-        f"the world cannot fit in the cluster; nothing was created:\n  {problem}\n"
-        f"  to fix: lower {PROJECT}:nodes or the pods' requests (resources, gpusPerNode), let the pods use more nodes "
-        f"(scheduling.nodeSelector, scheduling.tolerations), or add nodes; to create it anyway, set {key} to warn"
-    )
+    elif problem := fit_problem(ask, world.nnodes, nodes):
+        if mode == "warn" or autoscaler:
+            grows = f" ({autoscaler} may add nodes)" if autoscaler else ""
+            pulumi.log.warn(f"the world may not fit the cluster{grows}: {problem}")
+        else:
+            refusals.append(f"{problem}\n  to fix: lower {PROJECT}:nodes or the pods' requests (resources, gpusPerNode), let the "
+                            "pods use more nodes (scheduling.nodeSelector, scheduling.tolerations), or add nodes")  # fmt: skip
+    try:
+        limit = read_queue_limit(config)
+    except (OSError, RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as error:
+        pulumi.log.warn(f"whether the world's queue can ever admit it is not checked: {error}; set {key} to off to skip this")
+        limit = None
+    if limit and (problem := queue_problem(ask.requests, world.nnodes, limit)):
+        if mode == "warn":
+            pulumi.log.warn(f"the world may wait in its queue for ever: {problem}")
+        else:
+            refusals.append(f"{problem}\n  to fix: lower {PROJECT}:nodes or the pods' requests, or have the queue's quota raised")
+    if refusals:
+        raise WorldCannotFit("the world cannot fit in the cluster; nothing was created:\n  " + "\n  ".join(refusals)
+                             + f"\n  to create it anyway, set {key} to warn")  # fmt: skip

@@ -28,6 +28,7 @@ KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 VOLCANO_SCHEDULER = "volcano"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 POD_GROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
+BYTE_RESOURCES = ("memory", "ephemeral-storage")
 
 
 def uses(world: World, scheduler: str) -> bool:
@@ -96,6 +97,15 @@ def _sum(containers: list[dict[str, Any]]) -> dict[str, Decimal]:
         for name, quantity in {**(resources.get("limits") or {}), **(resources.get("requests") or {})}.items():
             total[name] = total.get(name, Decimal(0)) + parse_quantity(str(quantity))
     return total
+
+
+def amount_text(resource: str, amount: Decimal) -> str:
+    """As a person writes it: bytes in Gi or Mi where they divide, CPUs in millis where fractional."""
+    if resource in BYTE_RESOURCES:
+        for suffix, unit in (("Gi", 2**30), ("Mi", 2**20)):
+            if amount % unit == 0:
+                return f"{int(amount // unit)}{suffix}"
+    return quantity_text(amount)
 
 
 def quantity_text(amount: Decimal) -> str:

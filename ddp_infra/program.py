@@ -12,6 +12,7 @@ from .claim_changes import CLAIMS_OUTPUT, recorded_claims, refuse_claim_changes
 from .components import DdpTrainingStack, DdpTrainingStackArgs
 from .config import KubernetesConfig, StackConfig
 from .fit import require_world_fits
+from .ready_watch import watch_while_waiting
 from .reachability import require_reachable_cluster
 from .world import World
 
@@ -89,5 +90,6 @@ def build(config: StackConfig) -> dict[str, Any]:
         ),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
+    watch_while_waiting(world)
     # read back by the next run's refuse_claim_changes
     return {**stack.outputs, CLAIMS_OUTPUT: recorded_claims(config.storage, world.namespace)}

@@ -24,7 +24,7 @@ from toolchain.apiserver import tool_dir
 REPO = Path(__file__).resolve().parents[1]
 STACK = "dev"
 PROGRAM_FILES = ("Pulumi.yaml", "__main__.py", "requirements.txt")
-PROGRAM_DIRS = ("ddp_infra", "trainer")
+PROGRAM_DIRS = ("ddp_infra", "observe", "trainer")
 COMMAND_TIMEOUT_S = 900
 DEMO_POD_CPU = "500m"
 

@@ -3,12 +3,17 @@ why anything waits (not scheduled, image not there, a queue holding the world)."
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from trainer import contract
 
 from .kubectl import Kubectl
+
+KUEUE_WORKLOADS = "workloads.kueue.x-k8s.io"
+VOLCANO_POD_GROUPS = "podgroups.scheduling.volcano.sh"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 
 TRAINER_CONTAINER = "trainer"
 
@@ -50,6 +55,7 @@ class WorldState:
     pods: tuple[PodState, ...]  # every pod of the world, oldest first
     ended: Optional[str]  # "Complete", or "Failed: <why>"; None while the workload runs
     held: Optional[str]  # why the workload itself waits (a queue has not admitted it)
+    claims: tuple[str, ...] = ()  # why claims an unscheduled pod needs do not bind
 
     @property
     def live_pods(self) -> dict[int, PodState]:
@@ -67,7 +73,7 @@ class WorldState:
 
     def waits(self) -> list[str]:
         found = [f"pod {pod.index} ({pod.name}): {pod.waiting}" for pod in self.pods if pod.live and pod.waiting]
-        return ([self.held] if self.held else []) + found
+        return ([self.held] if self.held else []) + found + list(self.claims)
 
 
 def read_world(kubectl: Kubectl, world: WorldRef) -> WorldState:
@@ -76,7 +82,8 @@ def read_world(kubectl: Kubectl, world: WorldRef) -> WorldState:
     return WorldState(
         pods=tuple(state for pod in pods if (state := pod_state(pod, world.container)) is not None),
         ended=_ended(world.kind, workload),
-        held=_held(world, workload),
+        held=_held(kubectl, world, workload, pods),
+        claims=tuple(_claims_not_binding(kubectl, pods)),
     )
 
 
@@ -135,9 +142,79 @@ def _describe(condition: dict[str, Any]) -> str:
     return ": ".join(part for part in (condition.get("reason"), condition.get("message")) if part)
 
 
-def _held(world: WorldRef, workload: Optional[dict[str, Any]]) -> Optional[str]:
+def _held(kubectl: Kubectl, world: WorldRef, workload: Optional[dict[str, Any]], pods: list[dict[str, Any]]) -> Optional[str]:
+    """Why the workload itself waits, in its queue's own words where it has one (Kueue's Workload,
+    Volcano's PodGroup); None when nothing holds it."""
     if workload is None:
         return f"{world.kind} {world.name} does not exist (yet)"
     if workload.get("spec", {}).get("suspend"):
-        return f"{world.kind} {world.name} is suspended: a queue has not admitted the world yet"
+        said = kueue_reason(_readable(kubectl, KUEUE_WORKLOADS), workload["metadata"]["uid"])
+        return f"{world.kind} {world.name} is suspended: " + (said or "a queue has not admitted the world yet")
+    groups = sorted({pod["metadata"].get("annotations", {}).get(VOLCANO_GROUP_ANNOTATION) for pod in pods
+                     if pod.get("status", {}).get("phase", "Pending") == "Pending"} - {None})  # fmt: skip
+    for name in groups:
+        group = kubectl.run("get", VOLCANO_POD_GROUPS, name, "--ignore-not-found", "-o", "json", check=False)
+        if group.returncode == 0 and group.stdout.strip() and (said := pod_group_reason(json.loads(group.stdout))):
+            return said
     return None
+
+
+def _claims_not_binding(kubectl: Kubectl, pods: list[dict[str, Any]]) -> list[str]:
+    """Only looked for while a pod of the world is not scheduled."""
+    if not any(_unscheduled(pod) for pod in pods):
+        return []
+    events = [e for e in _readable(kubectl, "events") if e.get("involvedObject", {}).get("kind") == "PersistentVolumeClaim"]
+    return claim_reasons(pods, _readable(kubectl, "persistentvolumeclaims"), events)
+
+
+def _unscheduled(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in pod.get("status", {}).get("conditions") or [])
+
+
+def claim_reasons(pods: list[dict[str, Any]], claims: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[str]:
+    """Why each claim an unscheduled pod mounts stays Pending, in the newest warning about it (a
+    claim waiting for its first pod, as WaitForFirstConsumer classes do, is not a reason)."""
+    wanted = sorted({volume["persistentVolumeClaim"]["claimName"] for pod in pods if _unscheduled(pod)
+                     for volume in pod["spec"].get("volumes") or [] if "persistentVolumeClaim" in volume})  # fmt: skip
+    by_name = {claim["metadata"]["name"]: claim for claim in claims}
+    reasons = []
+    for name in wanted:
+        claim = by_name.get(name)
+        if claim is None:
+            reasons.append(f"claim {name} does not exist")
+            continue
+        if claim.get("status", {}).get("phase") != "Pending":
+            continue
+        warnings = sorted((e for e in events if e["involvedObject"].get("name") == name and e.get("type") == "Warning"),
+                          key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")  # fmt: skip
+        if warnings:
+            reasons.append(f"claim {name} Pending: {warnings[-1].get('reason', '')}: {warnings[-1].get('message', '')}")
+    return reasons
+
+
+def _readable(kubectl: Kubectl, kind: str) -> list[dict[str, Any]]:
+    """The namespace's objects of a kind, none where the cluster lacks it (Kueue not installed)."""
+    done = kubectl.run("get", kind, "-o", "json", check=False)
+    return json.loads(done.stdout)["items"] if done.returncode == 0 else []
+
+
+def kueue_reason(workloads: list[dict[str, Any]], owner_uid: str) -> Optional[str]:
+    """Kueue's word on the Workload it made for the owner: why it reserves no quota yet."""
+    for workload in workloads:
+        if not any(ref.get("uid") == owner_uid for ref in workload["metadata"].get("ownerReferences") or []):
+            continue
+        for condition in workload.get("status", {}).get("conditions") or []:
+            if condition["type"] == "QuotaReserved" and condition["status"] == "False":
+                return f"Kueue holds it ({_describe(condition)})"
+    return None
+
+
+def pod_group_reason(group: dict[str, Any]) -> Optional[str]:
+    """Volcano's word on a PodGroup it has not scheduled: its phase and why."""
+    status = group.get("status", {})
+    if status.get("phase") in ("Running", "Completed"):
+        return None
+    found = [c for c in status.get("conditions") or [] if c.get("type") == "Unschedulable" and c.get("status") == "True"]
+    if not found:
+        return None
+    return f"Volcano holds PodGroup {group['metadata']['name']} ({status.get('phase', 'Pending')}; {_describe(found[-1])})"

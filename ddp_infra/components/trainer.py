@@ -18,7 +18,8 @@ What `pulumi up` waits for (`workload.waitForReady`, default false):
   kubectl commands that show where the run stands and follow rank 0. (`pulumi.com/skipAwait` would
   also skip waiting for the old world's deletion, so a replacement could start beside it.)
 - `waitForReady: true` makes `pulumi up` wait until every replica is Ready (a Job: until it
-  completes), up to `workload.readyTimeout` (customTimeouts for create and update).
+  completes), up to `workload.readyTimeout` (customTimeouts for create and update), and say
+  meanwhile why the world is not ready yet (ddp_infra/ready_watch.py).
 
 A finished Job is deleted by Kubernetes after `workload.ttlSecondsAfterFinished`. Pulumi does
 not notice until a refresh; after `pulumi refresh` the next `pulumi up` creates the Job again,

@@ -131,5 +131,5 @@ class SchedulingConfig(Model):
     gang: GangConfig = Field(GangConfig(), description="Gang admission of the whole world: Kueue or Volcano.")
     fit_check: Literal["refuse", "warn", "off"] = Field(
         "refuse",
-        description="Before anything is created: refuse (or warn about) a world whose pods the cluster's nodes can never hold at once (ddp_infra/fit.py; a cluster with an autoscaler only gets a warning).",
+        description="Before anything is created: refuse (or warn about) a world whose pods the cluster's nodes can never hold at once, or its gang scheduler's queue never admit (ddp_infra/fit.py; a cluster with an autoscaler only gets a warning about its nodes).",
     )

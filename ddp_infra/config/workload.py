@@ -49,7 +49,7 @@ class WorkloadConfig(Model):
     )
     name: WorkloadName = Field("trainer", description="Name of the StatefulSet, Job or JobSet; the Service is <name>-rdzv.")
     wait_for_ready: bool = Field(
-        False, description="Make `pulumi up` wait for every pod to be Ready (job: for the Job to complete)."
+        False, description="Make `pulumi up` wait for every pod to be Ready (job: for the Job to complete), saying meanwhile why the world is not ready yet."
     )
     ready_timeout: Duration = Field("30m", description="How long `pulumi up` waits when waitForReady is true.")
     termination_grace_period_seconds: int = Field(

@@ -1,7 +1,9 @@
 """`scheduling.gang.scheduler: kueue` on a cluster running the real Kueue controller (built from its
 Go module by toolchain/build.sh, started by LocalCluster as an add-on), with a ClusterQueue whose
-quota is 3 pods: a world of 2 is admitted whole; a world of 4 is admitted not at all, no pod of it
-starts; once the quota grows, it is admitted whole. Both as an Indexed Job and as a JobSet.
+quota is 3 pods: a world of 2 is admitted whole; a world of 4 is refused by the fit check before
+anything changes, and, with the check only warning, admitted not at all, no pod of it starting,
+the status view giving Kueue's reason; once the quota grows, it is admitted whole. Both as an
+Indexed Job and as a JobSet.
 
 The pods run the pause image in place of the trainer: admission is Kueue's and the scheduler's
 business, and needs no training.
@@ -139,8 +141,13 @@ def test_kueue_admits_a_world_whole_or_not_at_all(controllers_cluster, quota, pa
     admitted_after = time.monotonic() - started
     assert not suspended(cluster, kind), "Kueue lifted the suspension"
 
-    # A world of 4 in a quota of 3: held back whole. The old world is gone first (replace, delete first).
-    pause_stack.up(nodes=4, **queued)
+    # A world of 4 in a quota of 3: refused before anything changes (the fit check reads the queue)...
+    refused = pause_stack.preview(nodes=4, **queued)
+    assert refused.returncode != 0, refused.describe()
+    assert "the world's 4 pods together ask more than Kueue ClusterQueue worlds (LocalQueue team-a) can ever admit:" in refused.output
+    assert "pods: 4 asked, at most 3 (flavor default-flavor: nominal quota 3)" in refused.output, refused.describe()
+    # ...and, asked to only warn, held back whole. The old world is gone first (replace, delete first).
+    pause_stack.up(nodes=4, **queued, scheduling__fitCheck="warn")
     held = held_back(cluster, kind)
     assert "insufficient quota for pods" in condition(held, "QuotaReserved")["message"], held["status"]
     assert "admission" not in held["status"]
@@ -148,9 +155,10 @@ def test_kueue_admits_a_world_whole_or_not_at_all(controllers_cluster, quota, pa
     assert pods(cluster, NAMESPACE) == {}, "no pod of a world Kueue holds back may exist"
     # `pulumi up` has what it waits for while the world waits in its queue, so it returns
     assert waits_for(cluster, kind), f"the workload's waitFor path is empty while queued: {get(cluster, RESOURCE[kind], WORKLOAD, NAMESPACE)}"
-    # the status view, as the stack's output prints it, says why nothing runs
+    # the status view, as the stack's output prints it, says why nothing runs, in Kueue's words
     status = status_view(cluster, pause_stack.outputs["statusCommand"])
-    assert f"waiting: {kind} {WORKLOAD} is suspended: a queue has not admitted the world yet" in status, status
+    assert f"waiting: {kind} {WORKLOAD} is suspended: Kueue holds it (Pending: " in status, status
+    assert "insufficient quota for pods" in status, status
 
     # The quota grows: the whole world of 4 is admitted, and all of it starts.
     quota(4)
@@ -166,13 +174,13 @@ def test_kueue_admits_a_world_whole_or_not_at_all(controllers_cluster, quota, pa
 
 @pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
 def test_up_returns_while_the_world_waits_in_its_queue(controllers_cluster, quota, controllers_dev_image, controllers_stack, kind):
-    """`pulumi up` of a world its queue cannot hold yet
+    """`pulumi up` of a world its queue cannot hold yet (the fit check only warning)
     returns once the controller has taken the suspended workload, instead of waiting for Kueue."""
     cluster = controllers_cluster
     quota(1)
     queued = queued_namespace(cluster, "team-a")
     started = time.monotonic()
-    controllers_stack.up(nodes=2, workload__kind=kind, **queued, **SMALL_PODS)
+    controllers_stack.up(nodes=2, workload__kind=kind, **queued, **SMALL_PODS, scheduling__fitCheck="warn")
     returned_after = time.monotonic() - started
     held = held_back(cluster, kind)
     assert "insufficient quota for pods" in condition(held, "QuotaReserved")["message"], held["status"]

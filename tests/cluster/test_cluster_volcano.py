@@ -1,8 +1,9 @@
 """`scheduling.gang.scheduler: volcano` on a cluster running Volcano's real scheduler (built from its
 Go module by toolchain/build.sh, started by LocalCluster as an add-on), with a Queue whose
-capability holds 3 of the world's pods: a world of 2 is bound whole; a world of 4 is bound not at
-all, no pod of it reaches a node, its PodGroup kept out of the queue by the `minResources` the stack
-gave it; once the queue's capability grows, the whole world is bound. As an Indexed Job, whose
+capability holds 3 of the world's pods: a world of 2 is bound whole; a world of 4 is refused by the
+fit check before anything changes, and, with the check only warning, bound not at all, no pod of it
+reaching a node, its PodGroup kept out of the queue by the `minResources` the stack gave it, the
+status view giving Volcano's reason; once the queue's capability grows, the whole world is bound. As an Indexed Job, whose
 controller creates every pod at once, so only Volcano holds them back.
 
 The pods run the pause image in place of the trainer.
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from cluster_testing import NAMESPACE, WORKLOAD, get, pause_pod_resources, pods, wait_for, world_pods, world_running
+from cluster_testing import NAMESPACE, WORKLOAD, get, pause_pod_resources, pods, status_view, wait_for, world_pods, world_running
 from ddp_infra import gang
 
 pytestmark = pytest.mark.timeout(900)
@@ -64,9 +65,14 @@ def test_volcano_binds_a_world_whole_or_not_at_all(controllers_cluster, capabili
     assert {pod["spec"]["schedulerName"] for pod in world_pods(cluster).values()} == {gang.VOLCANO_SCHEDULER}
     assert wait_for(lambda: pod_group(cluster).get("status", {}).get("phase") == "Running", 60, "the PodGroup Running")
 
-    # A world of 4: its PodGroup asks for 4 pods' CPU, more than the queue holds. The Job's
-    # controller creates all 4 pods; none of them is bound.
-    pause_stack.up(nodes=4, **queued)
+    # A world of 4: its PodGroup would ask for 4 pods' CPU, more than the queue holds: refused
+    # before anything changes...
+    refused = pause_stack.preview(nodes=4, **queued)
+    assert refused.returncode != 0, refused.describe()
+    assert f"the world's 4 pods together ask more than Volcano Queue {QUEUE} can ever admit:" in refused.output, refused.describe()
+    assert f"cpu: {4 * POD_CPU_MILLIS}m asked, at most {3 * POD_CPU_MILLIS}m (capability {3 * POD_CPU_MILLIS}m)" in refused.output
+    # ...and, asked to only warn, created: the Job's controller creates all 4 pods; none of them is bound.
+    pause_stack.up(nodes=4, **queued, scheduling__fitCheck="warn")
     group = pod_group(cluster)
     assert group["spec"]["minMember"] == 4 and group["spec"]["minResources"]["cpu"] == f"{4 * POD_CPU_MILLIS}m"
     wait_for(lambda: len(pods(cluster, NAMESPACE)) == 4, 120, "the Job's controller to create 4 pods", interval=1)
@@ -74,6 +80,9 @@ def test_volcano_binds_a_world_whole_or_not_at_all(controllers_cluster, capabili
                     "Volcano to try the world of 4 and record why it waits", interval=1)  # fmt: skip
     assert held["status"].get("phase") == "Pending", held["status"]
     assert bound(cluster) == [], "no pod of a world Volcano holds back may reach a node"
+    # the status view, as the stack's output prints it, says why nothing runs, in Volcano's words
+    status = status_view(cluster, pause_stack.outputs["statusCommand"])
+    assert f"waiting: Volcano holds PodGroup {held['metadata']['name']} (Pending; " in status, status
 
     # The queue grows: the whole world of 4 is bound.
     capability(4)

@@ -1,6 +1,7 @@
-"""The fit check (ddp_infra/fit.py): how many of the world's pods a cluster's nodes can ever hold.
+"""The fit check (ddp_infra/fit.py): how many of the world's pods a cluster's nodes can ever hold,
+and how much of the world a gang scheduler's queue can ever admit (ddp_infra/queue_quota.py).
 
-Pure: node objects as the API server returns them, against the pod template the program makes.
+Pure: node and queue objects as the API server returns them, against the pod template the program makes.
 The check on a real cluster, through the real engine, is in tests/cluster/test_cluster_fit.py.
 """
 
@@ -11,7 +12,7 @@ from decimal import Decimal
 import pulumi
 
 import infra_harness as harness
-from ddp_infra import gang
+from ddp_infra import gang, queue_quota
 from ddp_infra.fit import PodAsk, fit_problem, node_room
 from ddp_infra.names import GPU_RESOURCE
 
@@ -101,3 +102,58 @@ def test_the_prod_world_is_counted_from_the_pod_template_the_program_makes():
 def test_an_unset_request_counts_as_its_limit_as_the_api_server_sets_it():
     template = {"spec": {"containers": [{"resources": {"limits": {"cpu": "2", "memory": "1Gi"}, "requests": {"memory": "512Mi"}}}]}}
     assert gang.pod_requests(template) == {"cpu": Decimal(2), "memory": Decimal(512 * 2**20)}
+
+
+# --- a gang scheduler's queue ---------------------------------------------------------------------
+
+def cluster_queue(name: str, flavors: dict[str, dict[str, dict]], cohort: str | None = None) -> dict:
+    """flavors: {flavor: {resource: {"nominalQuota": ..., optional "borrowingLimit", "lendingLimit"}}}."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            **({"cohort": cohort} if cohort else {}),
+            "resourceGroups": [{
+                "coveredResources": sorted({r for resources in flavors.values() for r in resources}),
+                "flavors": [{"name": f, "resources": [{"name": r, **q} for r, q in resources.items()]} for f, resources in flavors.items()],
+            }],
+        },
+    }  # fmt: skip
+
+
+LOCAL_QUEUE = {"metadata": {"name": "team-a"}, "spec": {"clusterQueue": "worlds"}}
+
+
+def test_kueue_admits_at_most_one_flavors_quota_and_what_its_cohort_lends():
+    worlds = cluster_queue("worlds", {
+        "on-demand": {"cpu": {"nominalQuota": "8"}, "pods": {"nominalQuota": 4}},
+        "spot": {"cpu": {"nominalQuota": "6", "borrowingLimit": "10"}, "pods": {"nominalQuota": 2}},
+    }, cohort="research")  # fmt: skip
+    lender = cluster_queue("other", {"spot": {"cpu": {"nominalQuota": "20", "lendingLimit": "4"}, "pods": {"nominalQuota": 9}}}, cohort="research")
+    limit = queue_quota.kueue_limit(LOCAL_QUEUE, worlds, [lender])
+    assert limit.queue == "Kueue ClusterQueue worlds (LocalQueue team-a)"
+    # one flavor for the whole pod set: the larger of 8 on-demand and 6 + min(10, 4 lent) spot
+    assert limit.most["cpu"] == (Decimal(10), "flavor spot: nominal quota 6 + 4 borrowed from its cohort")
+    assert limit.most["pods"] == (Decimal(11), "flavor spot: nominal quota 2 + 9 borrowed from its cohort")
+    alone = queue_quota.kueue_limit(LOCAL_QUEUE, cluster_queue("worlds", {"spot": {"cpu": {"nominalQuota": "6", "borrowingLimit": "10"}}}), [])
+    assert alone.most["cpu"] == (Decimal(6), "flavor spot: nominal quota 6")
+
+
+def test_a_world_past_its_kueue_quota_or_asking_an_uncovered_resource_is_refused_with_the_numbers():
+    limit = queue_quota.kueue_limit(LOCAL_QUEUE, cluster_queue("worlds", {"default": {
+        "cpu": {"nominalQuota": "100"}, "memory": {"nominalQuota": "100Gi"}, "pods": {"nominalQuota": 3}}}), [])  # fmt: skip
+    small = ask(cpu="10m", memory="16Mi").requests
+    assert queue_quota.queue_problem(small, 3, limit) is None
+    problem = queue_quota.queue_problem(small, 4, limit)
+    assert problem == ("the world's 4 pods together ask more than Kueue ClusterQueue worlds (LocalQueue team-a) can ever admit:\n"
+                       "    pods: 4 asked, at most 3 (flavor default: nominal quota 3)"), problem  # fmt: skip
+    assert "memory: 400Gi asked, at most 100Gi (flavor default: nominal quota 100Gi)" in queue_quota.queue_problem(ask(memory="100Gi").requests, 4, limit)
+    assert f"{GPU_RESOURCE}: 16 asked, no quota for it" in queue_quota.queue_problem(ask(gpus="8").requests, 2, limit)
+
+
+def test_a_volcano_queue_bounds_only_what_its_capability_names():
+    queue = {"metadata": {"name": "default"}, "spec": {"capability": {"cpu": "3"}}}
+    limit = queue_quota.volcano_limit(queue)
+    assert queue_quota.queue_problem(ask(cpu="1", gpus="8").requests, 3, limit) is None  # GPUs and memory unbounded
+    assert queue_quota.queue_problem(ask(cpu="1").requests, 4, limit) == (
+        "the world's 4 pods together ask more than Volcano Queue default can ever admit:\n    cpu: 4 asked, at most 3 (capability 3)")
+    assert queue_quota.queue_problem(ask().requests, 1000, queue_quota.volcano_limit({"metadata": {"name": "open"}, "spec": {}})) is None

@@ -393,7 +393,8 @@ def test_waiting_for_pods_is_a_choice(wait, kind):
     # skipAwait would also skip waiting for the old world's deletion when the workload is replaced
     assert "pulumi.com/skipAwait" not in annotations
     if wait:
-        assert "pulumi.com/waitFor" not in annotations
+        # a Job waits for Complete through a waitFor: the provider's own Job await never times out
+        assert annotations.get("pulumi.com/waitFor") == {"job": "condition=Complete"}.get(kind), annotations
         assert workload.custom_timeouts == {"create": "45m", "update": "45m"}
     else:
         # accepted by its controller is enough: a Job's default await lasts until it completes

@@ -1,0 +1,66 @@
+"""Why a world waits, in its queue's own words: Kueue's Workload and Volcano's PodGroup as the API
+server returns them (observe/world_state.py). On the local cluster: tests/cluster/test_cluster_kueue.py
+and test_cluster_volcano.py read them through the status view."""
+
+from __future__ import annotations
+
+from ddp_infra import gang
+from observe import world_state
+
+HELD = {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+        "message": "couldn't assign flavors to pod set main: insufficient quota for pods in flavor default-flavor, request > maximum capacity (4 > 3)"}  # fmt: skip
+
+
+def kueue_workload(owner_uid: str, *conditions: dict) -> dict:
+    return {"metadata": {"name": f"job-trainer-{owner_uid}", "ownerReferences": [{"uid": owner_uid}]}, "status": {"conditions": list(conditions)}}
+
+
+def test_kueues_reason_is_read_from_the_workload_that_the_world_owns():
+    workloads = [kueue_workload("other", {**HELD, "message": "another world's reason"}), kueue_workload("mine", HELD)]
+    assert world_state.kueue_reason(workloads, "mine") == f"Kueue holds it (Pending: {HELD['message']})"
+    admitted = {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "Quota reserved in ClusterQueue worlds"}
+    assert world_state.kueue_reason([kueue_workload("mine", admitted)], "mine") is None
+    assert world_state.kueue_reason([], "mine") is None  # Kueue has not made it yet, or is not installed
+
+
+def test_volcanos_reason_is_its_pod_groups_last_unschedulable_condition():
+    group = {"metadata": {"name": "trainer"}, "status": {"phase": "Pending", "conditions": [
+        {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": "4/4 tasks in gang unschedulable: pod group is not ready, 4 Pending"},
+    ]}}  # fmt: skip
+    assert world_state.pod_group_reason(group) == (
+        "Volcano holds PodGroup trainer (Pending; NotEnoughResources: 4/4 tasks in gang unschedulable: pod group is not ready, 4 Pending)")
+    assert world_state.pod_group_reason({**group, "status": {**group["status"], "phase": "Running"}}) is None
+    assert world_state.pod_group_reason({"metadata": {"name": "trainer"}, "status": {"phase": "Inqueue"}}) is None
+    # the pods name their group by the annotation the program writes
+    assert world_state.VOLCANO_GROUP_ANNOTATION == gang.VOLCANO_GROUP_ANNOTATION
+
+
+def pod(name: str, scheduled: bool, *claims: str) -> dict:
+    condition = {"type": "PodScheduled", "status": "True" if scheduled else "False"}
+    return {"metadata": {"name": name}, "spec": {"volumes": [{"name": c, "persistentVolumeClaim": {"claimName": c}} for c in claims]},
+            "status": {"conditions": [condition]}}  # fmt: skip
+
+
+def claim(name: str, phase: str) -> dict:
+    return {"metadata": {"name": name}, "status": {"phase": phase}}
+
+
+def claim_event(name: str, kind: str, reason: str, message: str, at: str) -> dict:
+    return {"involvedObject": {"kind": "PersistentVolumeClaim", "name": name}, "type": kind, "reason": reason, "message": message, "lastTimestamp": at}
+
+
+def test_a_claim_that_does_not_bind_is_named_with_its_newest_warning():
+    pods = [pod("trainer-0", False, "outputs-pvc", "datasets-pvc"), pod("trainer-1", True, "models-pvc")]
+    claims = [claim("outputs-pvc", "Pending"), claim("datasets-pvc", "Pending"), claim("models-pvc", "Pending")]
+    events = [
+        claim_event("outputs-pvc", "Warning", "ProvisioningFailed", 'storageclass.storage.k8s.io "fast" not found', "2026-11-26T01:00:05Z"),
+        claim_event("outputs-pvc", "Warning", "ProvisioningFailed", "an older try", "2026-11-26T01:00:01Z"),
+        # a WaitForFirstConsumer claim waits for its pod: no reason of its own
+        claim_event("datasets-pvc", "Normal", "WaitForFirstConsumer", "waiting for first consumer to be created before binding", "2026-11-26T01:00:02Z"),
+        claim_event("models-pvc", "Warning", "ProvisioningFailed", "the scheduled pod's claim", "2026-11-26T01:00:03Z"),
+    ]
+    assert world_state.claim_reasons(pods, claims, events) == [
+        'claim outputs-pvc Pending: ProvisioningFailed: storageclass.storage.k8s.io "fast" not found',
+    ]
+    assert world_state.claim_reasons([pod("trainer-0", False, "gone-pvc")], claims, events) == ["claim gone-pvc does not exist"]
+    assert world_state.claim_reasons([pod("trainer-0", False, "outputs-pvc")], [claim("outputs-pvc", "Bound")], events) == []
