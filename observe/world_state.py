@@ -150,20 +150,19 @@ def _held(kubectl: Kubectl, world: WorldRef, workload: Optional[dict[str, Any]],
     if workload.get("spec", {}).get("suspend"):
         said = kueue_reason(_readable(kubectl, KUEUE_WORKLOADS), workload["metadata"]["uid"])
         return f"{world.kind} {world.name} is suspended: " + (said or "a queue has not admitted the world yet")
-    groups = sorted({pod["metadata"].get("annotations", {}).get(VOLCANO_GROUP_ANNOTATION) for pod in pods
-                     if pod.get("status", {}).get("phase", "Pending") == "Pending"} - {None})  # fmt: skip
-    for name in groups:
-        group = kubectl.run("get", VOLCANO_POD_GROUPS, name, "--ignore-not-found", "-o", "json", check=False)
-        if group.returncode == 0 and group.stdout.strip() and (said := pod_group_reason(json.loads(group.stdout))):
-            return said
-    return None
+    groups = {pod["metadata"].get("annotations", {}).get(VOLCANO_GROUP_ANNOTATION) for pod in pods
+              if pod.get("status", {}).get("phase", "Pending") == "Pending"} - {None}  # fmt: skip
+    if not groups:
+        return None
+    named = sorted((g for g in _readable(kubectl, VOLCANO_POD_GROUPS) if g["metadata"]["name"] in groups), key=lambda g: g["metadata"]["name"])
+    return next((said for group in named if (said := pod_group_reason(group))), None)
 
 
 def _claims_not_binding(kubectl: Kubectl, pods: list[dict[str, Any]]) -> list[str]:
     """Only looked for while a pod of the world is not scheduled."""
     if not any(_unscheduled(pod) for pod in pods):
         return []
-    events = [e for e in _readable(kubectl, "events") if e.get("involvedObject", {}).get("kind") == "PersistentVolumeClaim"]
+    events = _readable(kubectl, "events", "--field-selector", "involvedObject.kind=PersistentVolumeClaim")
     return claim_reasons(pods, _readable(kubectl, "persistentvolumeclaims"), events)
 
 
@@ -192,9 +191,10 @@ def claim_reasons(pods: list[dict[str, Any]], claims: list[dict[str, Any]], even
     return reasons
 
 
-def _readable(kubectl: Kubectl, kind: str) -> list[dict[str, Any]]:
-    """The namespace's objects of a kind, none where the cluster lacks it (Kueue not installed)."""
-    done = kubectl.run("get", kind, "-o", "json", check=False)
+def _readable(kubectl: Kubectl, kind: str, *selector: str) -> list[dict[str, Any]]:
+    """The namespace's objects of a kind (`selector`: kubectl's flags that narrow them), none where
+    the cluster lacks the kind (Kueue or Volcano not installed)."""
+    done = kubectl.run("get", kind, *selector, "-o", "json", check=False)
     return json.loads(done.stdout)["items"] if done.returncode == 0 else []
 
 

@@ -48,9 +48,10 @@ def test_a_store_with_its_images_needs_room_for_its_pods_only(tmp_path):
 @pytest.mark.timeout(300)
 def test_an_image_disk_left_almost_full_neither_loses_an_image_nor_puts_the_node_under_disk_pressure(tmp_path):
     """Nothing here can pull an image again, and disk pressure would evict the training pods and
-    taint the node: the kubelet reclaims no image and reports no DiskPressure. The store is a file system of its own (ext4 on a sparse 5-GiB file: room for the
-    cluster's disk check), holding the pause image, unused (no pod runs); a preallocated file then
-    leaves it 0.005% free while the kubelet watches (its eviction manager looks every 10 s)."""
+    taint the node: the kubelet reclaims no image and reports no DiskPressure. The store is a file
+    system of its own (ext4 on a sparse 5-GiB file: room for the cluster's disk check), holding the
+    pause image, unused (no pod runs); a preallocated file then leaves it 0.005% free while the
+    kubelet watches (its eviction manager looks every 10 s)."""
     name = "fullstore"
     home = CACHE / "cluster" / name
     store, disk = home / "containerd", tmp_path / "store.ext4"

@@ -17,8 +17,9 @@ from .processes import ClusterError, Daemons
 
 
 # A store holds an imported image twice, its blobs and its unpacked snapshot: a 2.63-GiB trainer
-# archive made a 5.24-GiB store, a 5.60-GiB one 11.19 GiB (bench/bench_image_store.py). Beyond the images, the pods' writable layers, logs and local volumes
-# need room, and the kubelet reclaims images (which it cannot pull again) when the disk is 99% full.
+# archive made a 5.24-GiB store, a 5.60-GiB one 11.19 GiB (bench/bench_image_store.py). Beyond the
+# images, the pods' writable layers, logs and local volumes need room: the kubelet neither reclaims
+# images nor evicts pods when the disk fills (node.py), so a full disk fails the pods' writes.
 STORE_FACTOR = 2.25
 HEADROOM = 4 * 2**30
 
