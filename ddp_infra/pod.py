@@ -91,6 +91,7 @@ def pod_env(world: World) -> list[dict[str, Any]]:
         contract.RDZV_READ_TIMEOUT.name: {"value": str(rdzv.read_timeout_seconds)},
         contract.RDZV_LAST_CALL_TIMEOUT.name: {"value": str(rdzv.last_call_timeout_seconds)},
         contract.RDZV_CLOSE_TIMEOUT.name: {"value": str(rdzv.close_timeout_seconds)},
+        contract.RDZV_KEEP_ALIVE_INTERVAL.name: {"value": str(rdzv.keep_alive_interval_seconds)},
         contract.MAX_RESTARTS.name: {"value": str(rdzv.max_restarts)},
         contract.MASTER_WAIT_TIMEOUT.name: {"value": str(rdzv.master_wait_timeout_seconds)},
         contract.SHUTDOWN_TIMEOUT.name: {"value": str(shutdown_timeout(config.workload.termination_grace_period_seconds))},

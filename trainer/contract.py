@@ -82,6 +82,11 @@ RDZV_LAST_CALL_TIMEOUT = EnvVar(
     "RDZV_LAST_CALL_TIMEOUT", "seconds to wait for late joiners once the minimum is reached", required=False
 )
 RDZV_CLOSE_TIMEOUT = EnvVar("RDZV_CLOSE_TIMEOUT", "seconds to wait for the rendezvous to close", required=False)
+RDZV_KEEP_ALIVE_INTERVAL = EnvVar(
+    "RDZV_KEEP_ALIVE_INTERVAL",
+    "seconds between a pod's rendezvous heartbeats; a pod silent for 3 counts as gone and its replacement is let in",
+    required=False,
+)
 MAX_RESTARTS = EnvVar("MAX_RESTARTS", "torchrun --max-restarts: restarts of the whole world before giving up")
 MASTER_WAIT_TIMEOUT = EnvVar(
     "MASTER_WAIT_TIMEOUT", "seconds the preflight waits for pod 0's DNS name and port", required=False

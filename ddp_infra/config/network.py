@@ -85,6 +85,12 @@ class RendezvousConfig(Model):
     read_timeout_seconds: int = Field(120, ge=10, le=3600, description="c10d store read timeout.")
     last_call_timeout_seconds: int = Field(30, ge=1, le=3600, description="Wait for late joiners.")
     close_timeout_seconds: int = Field(30, ge=1, le=3600, description="Wait for the rendezvous to close.")
+    keep_alive_interval_seconds: int = Field(
+        1, ge=1, le=60,
+        description="Seconds between a pod's rendezvous heartbeats (RDZV_KEEP_ALIVE_INTERVAL). A lost pod counts as gone after 3 missed ones, "
+        "and only then is its replacement let into the world (torchrun's default, 5, makes that 15 s). Each heartbeat writes the "
+        "rendezvous state on pod 0's store: raise it for worlds of hundreds of pods.",
+    )  # fmt: skip
     master_wait_timeout_seconds: int = Field(
         600, ge=10, le=86400, description="Seconds the preflight waits for pod 0's DNS name and port."
     )

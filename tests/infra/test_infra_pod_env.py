@@ -41,6 +41,12 @@ def test_etcd_endpoint_replaces_pod_zero_as_rendezvous_store():
 
 
 @pulumi.runtime.test
+def test_the_rendezvous_heartbeat_is_a_second_unless_the_stack_says_otherwise():
+    assert env_for()["RDZV_KEEP_ALIVE_INTERVAL"]["value"] == "1"
+    assert env_for(rendezvous__keepAliveIntervalSeconds=5)["RDZV_KEEP_ALIVE_INTERVAL"]["value"] == "5"
+
+
+@pulumi.runtime.test
 def test_shm_size_models_dir_and_extra_env():
     env = env_for(shmSize="3Gi", env={"EXTRA_FLAG": "$(NODE_RANK)-x"})
     assert env["SHM_SIZE_BYTES"]["value"] == str(3 * 2**30)

@@ -22,6 +22,9 @@ DEFAULT_JOIN_TIMEOUT = 600
 DEFAULT_READ_TIMEOUT = 120  # torchrun's own default (60 s) is too short for slow pod starts
 DEFAULT_LAST_CALL_TIMEOUT = 30
 DEFAULT_CLOSE_TIMEOUT = 30
+# torchrun's own 5 s (x 3 missed beats) keeps a lost pod in the rendezvous, and its replacement
+# out of the next world, for 15 s.
+DEFAULT_KEEP_ALIVE_INTERVAL = 1
 DEFAULT_MAX_RESTARTS = 3
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", re.IGNORECASE)
@@ -55,6 +58,7 @@ class Timeouts:
     read: int
     last_call: int
     close: int
+    keep_alive: int
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,8 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
         or DEFAULT_LAST_CALL_TIMEOUT,
         close=r.integer(c.RDZV_CLOSE_TIMEOUT.name, 1, required=False, default=DEFAULT_CLOSE_TIMEOUT)
         or DEFAULT_CLOSE_TIMEOUT,
+        keep_alive=r.integer(c.RDZV_KEEP_ALIVE_INTERVAL.name, 1, required=False, default=DEFAULT_KEEP_ALIVE_INTERVAL)
+        or DEFAULT_KEEP_ALIVE_INTERVAL,
     )
     max_restarts = r.integer(c.MAX_RESTARTS.name, 0)
     wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, DEFAULT_MASTER_WAIT_TIMEOUT)
@@ -336,7 +342,9 @@ def _resolve_seed000(env: Mapping[str, str], hostname: str) -> PodWorld:
         node_rank=node_rank, nnodes=nnodes, nproc_per_node=nproc, world_size=nnodes * nproc,
         master_addr=master, master_port=port, rdzv_backend="c10d", rdzv_id=rdzv_id,
         rdzv_endpoint=f"{master}:{port}",
-        timeouts=Timeouts(DEFAULT_JOIN_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_CLOSE_TIMEOUT),
+        timeouts=Timeouts(
+            DEFAULT_JOIN_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_CLOSE_TIMEOUT, DEFAULT_KEEP_ALIVE_INTERVAL
+        ),
         max_restarts=DEFAULT_MAX_RESTARTS, master_wait_timeout=wait, shutdown_timeout=shutdown,
         rank_source=source, scheme="seed-000", run_name=env.get(c.RUN_NAME.name),
     )  # fmt: skip

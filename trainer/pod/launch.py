@@ -82,7 +82,11 @@ def _rdzv_conf(world: PodWorld) -> dict[str, int]:
     t = world.timeouts
     if world.rdzv_backend == "static":
         return {"timeout": t.join}  # the static backend's only timeout: waiting for all nodes
-    conf = {"join_timeout": t.join, "last_call_timeout": t.last_call, "close_timeout": t.close}
+    conf = {
+        "join_timeout": t.join, "last_call_timeout": t.last_call, "close_timeout": t.close,
+        # a pod that missed 3 heartbeats is dropped from the rendezvous, so its replacement can join
+        "keep_alive_interval": t.keep_alive,
+    }  # fmt: skip
     if world.rdzv_backend == "c10d":
         conf["read_timeout"] = t.read
         # Node 0 hosts the store. Said explicitly, because torchrun's guess compares the endpoint
