@@ -19,6 +19,7 @@ bench:
 	$(PY) bench/bench_checkpoint.py
 	$(PY) bench/bench_step.py
 	$(PY) bench/bench_tokens.py
+	$(PY) bench/bench_reform.py
 	$(PY) bench/bench_gpu.py
 
 # The markdown that CI posts on a pull request for STACK (default dev), on stdout.

@@ -242,7 +242,8 @@ def reform_timeline(cluster: LocalCluster, lost_at: datetime, replaced: list[int
     for index in replaced:
         pod = found[index]
         rows = timestamped_logs(cluster, pod["metadata"]["name"])
-        timeline[f"pod {index} created"] = since(pod["metadata"]["creationTimestamp"])
+        created = since(pod["metadata"]["creationTimestamp"])
+        timeline[f"pod {index} created"] = created if created >= 0 else None  # None: kept, its container restarted
         timeline[f"pod {index} container started"] = since(pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"])
         timeline[f"pod {index} entrypoint's first line"] = since(rows[0][0]) if rows else None
         timeline[f"pod {index} torchrun started"] = since(first_at(rows, "[DDP] torchrun "))

@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from trainer_testing import same_result
+from trainer_testing import done_lines, same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, evict, final_done_lines, get,
+    CHECKPOINT_EVERY, EngineStack, UpFailed, all_logs, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, evict, final_done_lines, get,
     job_condition, kill_container, newest_checkpoint, pod_name, pod_resumed_lines, pods, print_reform_timeline, resumed_step, run_dir, wait_for,
     wait_for_checkpoint_after, wait_for_reform, wait_for_world, world_pods,
 )  # fmt: skip
@@ -40,9 +40,12 @@ def checkpoints(cluster) -> Path:
     return run_dir(cluster) / "checkpoints"
 
 
-def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(cluster, dev_stack, reference_result):
+@pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.STATEFULSET])
+def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(cluster, dev_stack, reference_result, kind):
+    """The same losses under both kinds: a Job's controller replaces a pod 10 s x 2^(n-1) after the
+    loss (kubernetes#130881), a StatefulSet's at once and its kubelet restarts a killed container."""
     expected = reference_result(RUN_ARGS)
-    dev_stack.up(run__args=RUN_ARGS)
+    dev_stack.up(run__args=RUN_ARGS, workload__kind=kind)
     wait_for_world(cluster)
     figures = {}
 
@@ -57,19 +60,27 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
         # there was (a SIGTERM writes one more, where it stopped).
         assert resumed_step(line) >= before["step"], (what, line, before)
         figures[what] = round(seconds, 1)
-        print(f"\n[figures] {what}: the world resumed {seconds:.1f} s later, from {line.split()[3]}")
-        print_reform_timeline(cluster, what, lost_at, [lost])
+        print(f"\n[figures] {kind}, {what}: the world resumed {seconds:.1f} s later, from {line.split()[3]}")
+        print_reform_timeline(cluster, f"{kind}, {what}", lost_at, [lost])
 
     lose("pod 0 killed", lambda: kill_container(cluster, pod_name(cluster, 0)))
     lose("pod 1 deleted", lambda: cluster.kubectl("delete", "pod", pod_name(cluster, 1), "-n", NAMESPACE, "--wait=false"))
     lose("pod 0 evicted", lambda: _evicted(cluster, pod_name(cluster, 0)))
-    print(f"\n[figures] seconds from losing a pod to the world resumed: {figures}")
+    print(f"\n[figures] {kind}: seconds from losing a pod to the world resumed: {figures}")
 
-    assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
+    if kind == contract.INDEXED_JOB:
+        assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
+    else:  # its pods start again once the run ends, and report the finished run
+        wait_for(lambda: _both_pods_done(cluster), 900, "both pods' [DONE] lines", interval=3)
     finals = final_done_lines(cluster)
     assert sorted(line["rank"] for line in finals) == ["0", "1"]
     # The same final loss and weights as a world that was never disrupted: the resumes were exact.
     assert [same_result(line) for line in finals] == [expected.result()] * 2
+
+
+def _both_pods_done(cluster) -> bool:
+    found = world_pods(cluster)
+    return len(found) == 2 and all(done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"])) for pod in found.values())
 
 
 def _evicted(cluster, pod: str) -> None:

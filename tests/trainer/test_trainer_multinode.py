@@ -16,19 +16,12 @@ import time
 import pytest
 from waiting import wait_for
 from trainer_testing import (
-    SMOKE_ARGS, clean_env, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env, resumed_lines, same_result,
-    train_lines, worker_pids,
+    LONG_ARGS, SMOKE_ARGS, clean_env, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env,
+    resumed_lines, same_result, train_lines, worker_pids,
 )
 
 from trainer import contract as c
 from trainer.hang_watch import EXIT_HUNG
-
-# Long enough to be interrupted part-way: 64 optimizer steps of a 1M-parameter MLP, a checkpoint every 8.
-LONG_ARGS = [
-    "-m", "trainer.train", "smoke", "--epochs", "2", "--batch", "256", "--samples", "16384", "--features", "512",
-    "--hidden", "2048", "--classes", "4", "--lr", "1e-3", "--seed", "7", "--checkpoint-every", "8", "--log-every", "8",
-    "--pg-timeout", "60",
-]  # fmt: skip
 
 
 def start_pod(spawn, pod_name: str, port: int, out_dir, args=SMOKE_ARGS, **env):
@@ -200,6 +193,25 @@ def test_losing_pod_0_and_its_store_re_forms_the_world_around_its_replacement(sp
     resumed = resumed_lines(replacement.text())
     assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, replacement.text()[-4000:]
     assert_both_ranks_end_with((replacement, second), expected)
+
+
+@pytest.mark.timeout(360)
+def test_losing_pod_1_with_no_grace_re_forms_the_world_around_its_replacement(spawn, tmp_path, reference_result):
+    """A node lost under pod 1: no SIGTERM, no checkpoint, no leaving the rendezvous. Pod 0's torchrun
+    restarts its workers and lets the replacement in once the lost pod missed its heartbeats."""
+    expected = reference_result(LONG_ARGS)
+    port = free_port()
+    first, second = two_pods_past_step_16(spawn, tmp_path, port)
+    kill_tree(second.pid)
+    assert second.popen.wait(10) != 0
+
+    replacement = start_pod(spawn, "ddp-1", port, tmp_path, LONG_ARGS, **RESTARTS)
+    assert replacement.wait(240) == 0, replacement.text()
+    assert first.wait(60) == 0, first.text()
+    resumed = resumed_lines(first.text())
+    assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, first.text()[-4000:]
+    assert "[DDP] re-joining" not in first.text()  # pod 0's torchrun re-formed the world itself
+    assert_both_ranks_end_with((first, replacement), expected)
 
 
 @pytest.mark.timeout(300)

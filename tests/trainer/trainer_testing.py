@@ -20,6 +20,12 @@ from waiting import wait_for
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 SMOKE_ARGS = list(c.DEFAULT_TRAIN_ARGS)
+# Long enough to be interrupted part-way: 64 optimizer steps of a 1M-parameter MLP, a checkpoint every 8.
+LONG_ARGS = [
+    "-m", "trainer.train", "smoke", "--epochs", "2", "--batch", "256", "--samples", "16384", "--features", "512",
+    "--hidden", "2048", "--classes", "4", "--lr", "1e-3", "--seed", "7", "--checkpoint-every", "8", "--log-every", "8",
+    "--pg-timeout", "60",
+]  # fmt: skip
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -1,0 +1,101 @@
+"""How long a world of two pods takes to train again after losing one (a measurement, not a test).
+
+Two pods as two real entrypoints on 127.0.0.1 (tests/trainer's harness), training the loss tests'
+run. Once step 16 is checkpointed, one pod loses every process at once (SIGKILL: a node lost, a
+pod removed with no grace) and its replacement starts the moment it is gone, as a StatefulSet's
+would (the cluster's own part, creating and starting the pod, is not in these figures). Timed from
+the loss, on the log lines as they appear (polled every 50 ms):
+  the replacement's torchrun, both ranks in the new process group, the checkpoint loaded, the
+  first `[TRAIN]` line of the new world (--log-every 8: up to 8 steps after the resume).
+Side by side, interleaved: torchrun's rendezvous heartbeat (5 s, a lost pod dropped after 15 s)
+against the product's (RDZV_KEEP_ALIVE_INTERVAL, 1 s), for pod 1 lost and for pod 0 lost.
+Usage: .venv/bin/python bench/bench_reform.py [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "trainer")]
+from report import print_table  # noqa: E402  bench/report.py: the scripts run with bench/ on sys.path
+from trainer_testing import LONG_ARGS, Proc, clean_env, entrypoint_command, free_port, kill_tree, pod_env  # noqa: E402
+
+from trainer import contract as c  # noqa: E402
+
+TORCHRUN_DEFAULT, PRODUCT_DEFAULT = 5, 1
+MARKS = (("torchrun", "[DDP] torchrun"), ("process group", "[DDP] process"), ("resumed", "[CKPT] resumed"), ("[TRAIN]", "[TRAIN]"))
+RESTARTS = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
+
+
+def start(name: str, port: int, out: Path, keep_alive: int) -> Proc:
+    env = clean_env(**pod_env(name, port, **RESTARTS, **{c.RDZV_KEEP_ALIVE_INTERVAL.name: str(keep_alive)}), OUT_DIR=str(out))
+    log = out / f"{name}-{time.monotonic_ns()}.log"
+    with open(log, "wb") as sink:
+        popen = subprocess.Popen(entrypoint_command(LONG_ARGS), env=env, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    return Proc(popen, log)
+
+
+def one_loss(lost_index: int, keep_alive: int) -> dict[str, float]:
+    """Seconds from the loss to each mark of the re-formed world, read from the new lines of both logs."""
+    out = Path(tempfile.mkdtemp(prefix="bench-reform-"))
+    port = free_port()
+    pods = [start("ddp-0", port, out, keep_alive), start("ddp-1", port, out, keep_alive)]
+    try:
+        checkpoint = out / "run" / "checkpoints" / "ckpt-00000016.json"
+        deadline = time.monotonic() + 240
+        while not checkpoint.exists():
+            if time.monotonic() > deadline or any(p.ended() for p in pods):
+                raise RuntimeError(f"no checkpoint of step 16: {[p.ended() for p in pods]}")
+            time.sleep(0.02)
+        survivor = pods[1 - lost_index]
+        already = len(survivor.text())
+        lost_at = time.monotonic()
+        kill_tree(pods[lost_index].pid)
+        pods[lost_index].popen.wait(10)
+        replacement = start(f"ddp-{lost_index}", port, out, keep_alive)
+        pods.append(replacement)
+        seen: dict[str, float] = {}
+        while "[TRAIN]" not in seen:
+            if time.monotonic() - lost_at > 180:
+                raise RuntimeError(f"no [TRAIN] line 180 s after the loss; reached {seen}")
+            since = survivor.text()[already:] + replacement.text()
+            for name, tag in MARKS:
+                if name not in seen and tag in since:
+                    seen[name] = time.monotonic() - lost_at
+            time.sleep(0.05)
+        return seen
+    finally:
+        for pod in pods:
+            kill_tree(pod.pid)
+            pod.popen.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    cases = [(lost, keep_alive) for lost in (1, 0) for keep_alive in (TORCHRUN_DEFAULT, PRODUCT_DEFAULT)]
+    runs: dict[tuple[int, int], list[dict[str, float]]] = {case: [] for case in cases}
+    for _ in range(args.repeats):
+        for case in cases:
+            runs[case].append(one_loss(*case))
+    rows = []
+    for lost, keep_alive in cases:
+        medians = {name: statistics.median(run[name] for run in runs[(lost, keep_alive)]) for name, _ in MARKS}
+        marks = ", ".join(f"{name} {medians[name]:.1f}" for name, _ in MARKS)
+        rows.append((f"pod {lost} lost, heartbeat {keep_alive} s: {marks}", f"{medians['[TRAIN]']:.1f} s"))
+    for lost in (1, 0):
+        before, after = (statistics.median(r["[TRAIN]"] for r in runs[(lost, k)]) for k in (TORCHRUN_DEFAULT, PRODUCT_DEFAULT))
+        rows.append((f"pod {lost} lost: to the first [TRAIN], heartbeat {PRODUCT_DEFAULT} s vs {TORCHRUN_DEFAULT} s", f"{after / before:.2f}"))
+    print_table(f"Re-forming a world of two pods after losing one (median of {args.repeats}, seconds after the loss)", rows)
+
+
+if __name__ == "__main__":
+    main()
