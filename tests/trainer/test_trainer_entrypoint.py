@@ -27,7 +27,7 @@ def test_a_broken_env_is_refused_with_every_problem_listed():
     assert "[DDP] cannot start" in result.stderr
     for name in (c.WORLD_SIZE.name, c.RDZV_BACKEND.name, c.MASTER_ADDR.name):
         assert f"  - {name}:" in result.stderr
-    assert "torch.distributed.run" not in result.stdout
+    assert "[DDP] torchrun" not in result.stdout
 
 
 def test_an_empty_env_names_the_contract_variables():
@@ -126,3 +126,26 @@ def test_torchrun_gives_workers_the_shutdown_timeout_of_the_pod_env(tmp_path, sh
         kill_tree(proc.pid)
         proc.wait()
     assert marker.exists() is written
+
+
+def run_fork_probe(status: int) -> tuple[subprocess.CompletedProcess, list[str]]:
+    probe = REPO / "tests" / "trainer" / "fork_probe.py"
+    result = run_entrypoint(pod_env("solo-0", free_port(), nnodes=1, nproc=2), [str(probe), str(status)])
+    return result, [line for line in result.stdout.splitlines() if line.startswith("[FORK]")]
+
+
+def test_workers_are_forked_from_a_server_that_has_imported_torch():
+    """A worker (and every worker of a restarted world) starts with torch in memory: forked from
+    the fork server the agent started, and named after its script."""
+    result, forks = run_fork_probe(0)
+    assert sorted(line.split()[1] for line in forks) == ["rank=0", "rank=1"], result.stdout + result.stderr
+    for line in forks:
+        assert "torch_before=True name=fork_probe.py argv=['0'] parent=" in line, line
+        assert "multiprocessing.forkserver" in line.split("parent=", 1)[1], line
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_a_forked_workers_exit_status_reaches_torchrun():
+    result, forks = run_fork_probe(3)
+    assert forks, result.stdout + result.stderr
+    assert result.returncode != 0 and "exitcode  : 3" in result.stderr, result.stderr[-3000:]

@@ -7,7 +7,7 @@ from trainer_testing import SMOKE_ARGS, pod_env
 
 from trainer import contract as c
 from trainer.entrypoint import resolve_world, torchrun_argv
-from trainer.pod.launch import ArgsError, torchrun_env
+from trainer.pod.launch import WORKER_SCRIPT, ArgsError, torchrun_env, worker_preload
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -22,12 +22,12 @@ def flags(argv: list[str]) -> dict[str, str]:
 
 def test_c10d_argv_carries_the_world_and_user_args_verbatim():
     argv = torchrun_argv(world(), SMOKE_ARGS, python="python")
-    assert argv[:3] == ["python", "-m", "torch.distributed.run"]
-    assert argv[-len(SMOKE_ARGS) :] == SMOKE_ARGS
+    assert argv[:3] == ["python", "-m", "trainer.pod.agent"]
+    assert argv[-len(SMOKE_ARGS) - 2 :] == ["--run-path", str(WORKER_SCRIPT), *SMOKE_ARGS]
     head = flags(argv[: -len(SMOKE_ARGS)])
     assert head == {
         "nnodes": "2", "nproc-per-node": "4", "rdzv-backend": "c10d", "rdzv-endpoint": "127.0.0.1:29500",
-        "rdzv-id": "test-run", "max-restarts": "0", "shutdown-timeout": "30",
+        "rdzv-id": "test-run", "max-restarts": "0", "shutdown-timeout": "30", "start-method": "forkserver",
         "rdzv-conf": "join_timeout=60,last_call_timeout=30,close_timeout=30,keep_alive_interval=1,read_timeout=60,is_host=0",
     }  # fmt: skip
 
@@ -86,9 +86,26 @@ def test_user_torchrun_flags_that_would_contradict_the_pod_env_are_refused(user)
         torchrun_argv(world(), user)
 
 
-def test_harmless_torchrun_flags_pass():
-    user = ["--log-dir", "/tmp/logs", "--tee", "3", "-m", "trainer.train", "smoke"]
-    assert torchrun_argv(world(), user)[-len(user) :] == user
+def test_harmless_torchrun_flags_pass_before_the_worker_and_the_script_after_it():
+    user = ["--log-dir", "/tmp/logs", "--tee", "3", "--start-method=spawn", "-m", "trainer.train", "smoke"]
+    argv = torchrun_argv(world(), user)
+    assert argv[-10:] == ["--log-dir", "/tmp/logs", "--tee", "3", "--start-method=spawn", "--run-path", str(WORKER_SCRIPT),
+                          "-m", "trainer.train", "smoke"]  # fmt: skip
+    assert argv.index("--start-method=forkserver") < argv.index("--start-method=spawn")  # the user's, later, wins
+
+
+@pytest.mark.parametrize("user", [["--no-python", "./train.sh", "-x"], ["--no_python", "bin/train"], ["--run-path", "/abs/t.py"]])
+def test_a_command_that_is_not_python_or_already_runs_in_the_agent_passes_verbatim(user):
+    argv = torchrun_argv(world(), user)
+    assert argv[-len(user) :] == user and "--run-path" not in argv[: -len(user)]
+
+
+def test_workers_are_forked_with_torch_and_only_the_products_own_module_imported():
+    """A user's module may touch the GPU when imported: a process that did cannot fork workers that use it."""
+    assert worker_preload(torchrun_argv(world(), SMOKE_ARGS)) == ["torch", "trainer.train"]
+    assert worker_preload(torchrun_argv(world(), ["-m", "mylab.train", "--lr", "1"])) == ["torch"]
+    assert worker_preload(torchrun_argv(world(), ["/abs/train.py"])) == ["torch"]
+    assert worker_preload(torchrun_argv(world(), ["--no-python", "./train.sh"])) == []
 
 
 def test_torchrun_env_carries_the_resolved_node_rank_even_when_the_pod_env_left_it_empty():

@@ -79,7 +79,7 @@ def test_a_master_that_comes_up_10s_late_is_waited_for(spawn, tmp_path, referenc
     worker.wait_for(lambda text: "[PREFLIGHT] waiting for 127.0.0.1" in text, 60, "a wait for the master")
     time.sleep(10)
     assert worker.popen.poll() is None, worker.text()
-    assert "torch.distributed.run" not in worker.text(), "torchrun must not start before the master listens"
+    assert "[DDP] torchrun" not in worker.text(), "torchrun must not start before the master listens"
     master = start_pod(spawn, "ddp-0", port, tmp_path, backend="static")
     assert master.wait(180) == 0, master.text()
     assert worker.wait(60) == 0, worker.text()
@@ -120,7 +120,9 @@ def test_a_frozen_worker_is_found_by_the_hang_watch_and_the_world_re_forms_exact
     frozen_rank = rank_of_pod(first.text() + second.text(), pod_index=1)
     # "stopped running (no heartbeat)", or, when it is rank 0, "whose process hosts the world's store"
     assert f"rank {frozen_rank} in pod ddp-1" in hang, hang
-    assert f"exit {EXIT_HUNG}" in hang and "bound 30 s) after global step 1" in hang, hang
+    # the step the world stalled after: past the checkpoint of step 16 the freeze came after (how
+    # far past depends on how soon the freeze lands on a loaded machine)
+    assert f"exit {EXIT_HUNG}" in hang and int(hang.split("bound 30 s) after global step ")[1].split(":")[0]) >= 16, hang
 
     assert first.wait(240) == 0, first.text()
     assert second.wait(60) == 0, second.text()

@@ -191,14 +191,16 @@ def flip_a_bit(path: Path) -> None:
 
 
 def is_training_process(pid: int) -> bool:
-    """A training process (torchrun's worker, `python -m trainer.train`): not torchrun, and not the
-    entrypoint, whose command lines name the training module too."""
+    """A training process: a worker forked from torchrun's fork server, which names it after its
+    module, or a `python -m trainer.train` (not the entrypoint or torchrun, whose command lines
+    name the module too)."""
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return False
     module = argv.index(b"-m") + 1 if b"-m" in argv else 0
-    return 0 < module < len(argv) and argv[module] == b"trainer.train"
+    return name == "trainer.train" or (0 < module < len(argv) and argv[module] == b"trainer.train")
 
 
 def write_corpus(directory: Path, seed: int = 0) -> None:

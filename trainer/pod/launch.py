@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from trainer import contract as c
@@ -24,6 +25,17 @@ _VALUED = {
 
 DISABLE_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
+# torchrun runs in this module (trainer/pod/agent.py), which first starts the workers' fork server,
+# and each worker runs WORKER_SCRIPT in a process forked from it: torch is imported once per pod,
+# not in every worker at every restart of the world.
+AGENT_MODULE = "trainer.pod.agent"
+WORKER_SCRIPT = Path(__file__).with_name("worker.py").resolve()
+# What the fork server imports: torch, and the training module where it is this product's own
+# (a user's module may touch the GPU as it is imported, and a forked process cannot use a GPU its
+# parent initialised).
+_OWN_MODULES = "trainer."
+_NOT_PYTHON = ("--no-python", "--no_python", "--run-path", "--run_path")
+
 
 class ArgsError(ValueError):
     pass
@@ -32,15 +44,18 @@ class ArgsError(ValueError):
 def torchrun_argv(
     world: PodWorld, user_args: Sequence[str], local_addr: str | None = None, python: str = sys.executable
 ) -> list[str]:
-    """`python -m torch.distributed.run <world flags> <user args>`; user args pass through verbatim.
+    """`python -m trainer.pod.agent <world flags> <user args>`, torchrun's command line; the user's
+    torchrun options pass through verbatim, and their script (or -m module) with its arguments
+    after WORKER_SCRIPT, which runs it in each worker.
 
     local_addr: the address other pods reach this one at (see preflight.own_address); without it
     torchrun advertises the FQDN.
     """
-    _reject_world_flags(user_args)
+    options, module, target = _split(user_args)
+    _reject_world_flags(options)
     conf = _rdzv_conf(world)
     argv = [
-        python, "-m", "torch.distributed.run",
+        python, "-m", AGENT_MODULE,
         f"--nnodes={world.nnodes}",
         f"--nproc-per-node={world.nproc_per_node}",
         f"--rdzv-backend={world.rdzv_backend}",
@@ -50,13 +65,27 @@ def torchrun_argv(
         f"--max-restarts={world.max_restarts}",
         # after SIGTERM the workers get this long to checkpoint before torchrun SIGKILLs them
         f"--shutdown-timeout={world.shutdown_timeout}",
+        "--start-method=forkserver",  # before the user's options: theirs, later, wins
     ]  # fmt: skip
     if local_addr:
         argv.append(f"--local-addr={local_addr}")
     if world.rdzv_backend == "static":
         # only the static backend takes the node rank as given (c10d and etcd assign ranks by arrival)
         argv += [f"--node-rank={world.node_rank}", f"--master-addr={world.master_addr}", f"--master-port={world.master_port}"]
-    return argv + list(user_args)
+    if any(option.split("=", 1)[0] in _NOT_PYTHON for option in options):
+        return argv + list(user_args)
+    return argv + options + ["--run-path", str(WORKER_SCRIPT), *(["-m"] if module else []), *target]
+
+
+def worker_preload(agent_args: Sequence[str]) -> list[str]:
+    """The modules the workers' fork server imports, from the agent's arguments ([] where no
+    worker is forked: the user's command is not Python)."""
+    args = list(agent_args)
+    if str(WORKER_SCRIPT) not in args:
+        return []
+    after = args[args.index(str(WORKER_SCRIPT)) + 1 :]
+    own = after[:1] == ["-m"] and len(after) > 1 and after[1].startswith(_OWN_MODULES)
+    return ["torch", after[1]] if own else ["torch"]
 
 
 def torchrun_env(world: PodWorld, env: Mapping[str, str]) -> dict[str, str]:
@@ -95,20 +124,29 @@ def _rdzv_conf(world: PodWorld) -> dict[str, int]:
     return conf
 
 
-def _reject_world_flags(user_args: Sequence[str]) -> None:
-    """Only the torchrun options before the training script are torchrun's; the rest belong to it."""
-    conflicting = []
-    args = iter(user_args)
-    for arg in args:
-        if not arg.startswith("-"):
-            break  # the training script
-        if arg in ("-m", "--module", "--no-python", "--no_python"):
-            continue
-        name = arg.split("=", 1)[0]
-        if name.lstrip("-").replace("_", "-") in _WORLD_FLAGS:
-            conflicting.append(name)
-        elif name in _VALUED and "=" not in arg:
-            next(args, None)
+def _split(user_args: Sequence[str]) -> tuple[list[str], bool, list[str]]:
+    """torchrun's own options (those before the training script), whether the script is a module
+    (-m), and the script with its arguments, which belong to it."""
+    options: list[str] = []
+    module = False
+    args = list(user_args)
+    at = 0
+    while at < len(args) and args[at].startswith("-"):
+        arg = args[at]
+        if arg in ("-m", "--module"):
+            module = True
+        else:
+            options.append(arg)
+            if arg in _VALUED and at + 1 < len(args):
+                at += 1
+                options.append(args[at])
+        at += 1
+    return options, module, args[at:]
+
+
+def _reject_world_flags(options: Sequence[str]) -> None:
+    conflicting = [name for option in options if option.startswith("-")
+                   and (name := option.split("=", 1)[0]).lstrip("-").replace("_", "-") in _WORLD_FLAGS]  # fmt: skip
     if conflicting:
         raise ArgsError(
             f"the arguments set torchrun's {', '.join(conflicting)}, which the entrypoint sets from the pod env; "
