@@ -7,8 +7,12 @@ would (the cluster's own part, creating and starting the pod, is not in these fi
 the loss, on the log lines as they appear (polled every 50 ms):
   the replacement's torchrun, both ranks in the new process group, the checkpoint loaded, the
   first `[TRAIN]` line of the new world (--log-every 8: up to 8 steps after the resume).
-Side by side, interleaved: torchrun's rendezvous heartbeat (5 s, a lost pod dropped after 15 s)
-against the product's (RDZV_KEEP_ALIVE_INTERVAL, 1 s), for pod 1 lost and for pod 0 lost.
+Side by side, interleaved, for pod 1 lost and for pod 0 lost:
+  torchrun's defaults: a rendezvous heartbeat of 5 s (a lost pod dropped after 15 s), and each
+    worker a new interpreter that imports torch and the trainer (`--start-method=spawn`);
+  the product's heartbeat (RDZV_KEEP_ALIVE_INTERVAL, 1 s), workers still spawned;
+  the product: that heartbeat, and workers forked from a server that imported them once
+    (trainer/pod/agent.py).
 Usage: .venv/bin/python bench/bench_reform.py [--repeats 2]
 """
 
@@ -29,24 +33,32 @@ from trainer_testing import LONG_ARGS, Proc, clean_env, entrypoint_command, free
 
 from trainer import contract as c  # noqa: E402
 
-TORCHRUN_DEFAULT, PRODUCT_DEFAULT = 5, 1
+SPAWNED = ["--start-method=spawn"]
+# name: (the rendezvous heartbeat, torchrun options before the training run)
+SETUPS = {
+    "torchrun's defaults (heartbeat 5 s, workers spawned)": (5, SPAWNED),
+    "heartbeat 1 s, workers spawned": (1, SPAWNED),
+    "the product (heartbeat 1 s, workers forked)": (1, []),
+}
 MARKS = (("torchrun", "[DDP] torchrun"), ("process group", "[DDP] process"), ("resumed", "[CKPT] resumed"), ("[TRAIN]", "[TRAIN]"))
 RESTARTS = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
 
 
-def start(name: str, port: int, out: Path, keep_alive: int) -> Proc:
+def start(name: str, port: int, out: Path, setup: str) -> Proc:
+    keep_alive, options = SETUPS[setup]
     env = clean_env(**pod_env(name, port, **RESTARTS, **{c.RDZV_KEEP_ALIVE_INTERVAL.name: str(keep_alive)}), OUT_DIR=str(out))
     log = out / f"{name}-{time.monotonic_ns()}.log"
     with open(log, "wb") as sink:
-        popen = subprocess.Popen(entrypoint_command(LONG_ARGS), env=env, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        popen = subprocess.Popen(entrypoint_command([*options, *LONG_ARGS]), env=env, cwd=REPO, stdout=sink,
+                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     return Proc(popen, log)
 
 
-def one_loss(lost_index: int, keep_alive: int) -> dict[str, float]:
+def one_loss(lost_index: int, setup: str) -> dict[str, float]:
     """Seconds from the loss to each mark of the re-formed world, read from the new lines of both logs."""
     out = Path(tempfile.mkdtemp(prefix="bench-reform-"))
     port = free_port()
-    pods = [start("ddp-0", port, out, keep_alive), start("ddp-1", port, out, keep_alive)]
+    pods = [start("ddp-0", port, out, setup), start("ddp-1", port, out, setup)]
     try:
         checkpoint = out / "run" / "checkpoints" / "ckpt-00000016.json"
         deadline = time.monotonic() + 240
@@ -59,7 +71,7 @@ def one_loss(lost_index: int, keep_alive: int) -> dict[str, float]:
         lost_at = time.monotonic()
         kill_tree(pods[lost_index].pid)
         pods[lost_index].popen.wait(10)
-        replacement = start(f"ddp-{lost_index}", port, out, keep_alive)
+        replacement = start(f"ddp-{lost_index}", port, out, setup)
         pods.append(replacement)
         seen: dict[str, float] = {}
         while "[TRAIN]" not in seen:
@@ -81,19 +93,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    cases = [(lost, keep_alive) for lost in (1, 0) for keep_alive in (TORCHRUN_DEFAULT, PRODUCT_DEFAULT)]
-    runs: dict[tuple[int, int], list[dict[str, float]]] = {case: [] for case in cases}
+    cases = [(lost, setup) for lost in (1, 0) for setup in SETUPS]
+    runs: dict[tuple[int, str], list[dict[str, float]]] = {case: [] for case in cases}
     for _ in range(args.repeats):
         for case in cases:
             runs[case].append(one_loss(*case))
+
+    def median(case: tuple[int, str], mark: str) -> float:
+        return statistics.median(run[mark] for run in runs[case])
+
     rows = []
-    for lost, keep_alive in cases:
-        medians = {name: statistics.median(run[name] for run in runs[(lost, keep_alive)]) for name, _ in MARKS}
-        marks = ", ".join(f"{name} {medians[name]:.1f}" for name, _ in MARKS)
-        rows.append((f"pod {lost} lost, heartbeat {keep_alive} s: {marks}", f"{medians['[TRAIN]']:.1f} s"))
+    for lost, setup in cases:
+        marks = ", ".join(f"{name} {median((lost, setup), name):.1f}" for name, _ in MARKS)
+        rows.append((f"pod {lost} lost, {setup}: {marks}", f"{median((lost, setup), '[TRAIN]'):.1f} s"))
+    baseline, *others = SETUPS
     for lost in (1, 0):
-        before, after = (statistics.median(r["[TRAIN]"] for r in runs[(lost, k)]) for k in (TORCHRUN_DEFAULT, PRODUCT_DEFAULT))
-        rows.append((f"pod {lost} lost: to the first [TRAIN], heartbeat {PRODUCT_DEFAULT} s vs {TORCHRUN_DEFAULT} s", f"{after / before:.2f}"))
+        for setup in others:
+            ratio = median((lost, setup), "[TRAIN]") / median((lost, baseline), "[TRAIN]")
+            rows.append((f"pod {lost} lost: to the first [TRAIN], {setup} vs torchrun's defaults", f"{ratio:.2f}"))
     print_table(f"Re-forming a world of two pods after losing one (median of {args.repeats}, seconds after the loss)", rows)
 
 
