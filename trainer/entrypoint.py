@@ -6,10 +6,13 @@ e.g. python -m trainer.entrypoint -m trainer.train smoke --epochs 2
 torchrun runs as a child, not exec'd, for one case torchrun cannot handle: pod 0 hosts the
 rendezvous store, so when pod 0 is lost every other pod's torchrun fails with a connection error.
 Those pods then wait for pod 0's replacement (the preflight again) and join the world it forms, at
-most MAX_RESTARTS times, instead of failing with it. Pod 0 never re-joins: its torchrun restarts its
-own workers when a peer is lost, and its failure is the run's (the Job counts it). A SIGTERM is
-passed on to torchrun, which gives the workers SHUTDOWN_TIMEOUT to checkpoint; the pod then exits
-143, which the Job replaces without counting as a failure.
+most MAX_RESTARTS times, instead of failing with it. Meanwhile their next torchrun is already
+started, with the same command line and env, holding back until the preflight passes (its workers'
+fork server imports torch during the wait); a preflight that ends otherwise discards it. Pod 0
+never re-joins: its torchrun restarts its own workers when a peer is lost, and its failure is the
+run's (the Job counts it). A SIGTERM is passed on to torchrun, which gives the workers
+SHUTDOWN_TIMEOUT to checkpoint; the pod then exits 143, which the Job replaces without counting as
+a failure.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Mapping, Sequence
 
 from trainer import console
 from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED, EXIT_TERMINATED
-from trainer.pod.launch import ArgsError, torchrun_argv, torchrun_env
+from trainer.pod.launch import AWAIT_START, GO, ArgsError, torchrun_argv, torchrun_env
 from trainer.pod.preflight import preflight
 from trainer.pod.env import PodWorld, WorldError, resolve_world
 
@@ -41,16 +44,41 @@ class _Supervisor:
     def __init__(self) -> None:
         self.torchrun: subprocess.Popen | None = None
         self.terminated = False
+        self._ahead: tuple[subprocess.Popen, list[str], dict[str, str]] | None = None
 
     def on_sigterm(self, signum: int, _frame) -> None:
         self.terminated = True
         if self.torchrun is not None and self.torchrun.poll() is None:
             self.torchrun.send_signal(signum)
         else:
+            self.discard_ahead()
             raise Terminated(signal.Signals(signum).name)
 
+    def start_ahead(self, argv: list[str], env: Mapping[str, str]) -> None:
+        """Starts the torchrun of `argv` holding back (the agent's --await-start) until run() is
+        called with the same command line and env; it ends by itself if this process does (the end
+        of its stdin without a go)."""
+        held = [*argv[:3], AWAIT_START, *argv[3:]]  # argv[:3]: python -m <the agent>
+        self._ahead = (subprocess.Popen(held, env=dict(env), stdin=subprocess.PIPE), argv, dict(env))
+
+    def discard_ahead(self) -> None:
+        if self._ahead is not None:
+            held = self._ahead[0]
+            self._ahead = None
+            held.kill()
+            held.wait()
+
     def run(self, argv: list[str], env: Mapping[str, str]) -> int:
-        self.torchrun = subprocess.Popen(argv, env=dict(env))
+        ahead = self._ahead
+        if ahead is not None and ahead[1:] == (argv, dict(env)) and ahead[0].poll() is None:
+            self._ahead = None
+            self.torchrun = ahead[0]
+            assert self.torchrun.stdin is not None
+            self.torchrun.stdin.write(f"{GO}\n".encode())
+            self.torchrun.stdin.close()
+        else:
+            self.discard_ahead()
+            self.torchrun = subprocess.Popen(argv, env=dict(env))
         try:
             return self.torchrun.wait()
         finally:
@@ -88,17 +116,20 @@ def _start(user_args: Sequence[str], supervisor: _Supervisor) -> int:
         for check in checked.checks:
             console.line(check.line())
         if checked.failed:
+            supervisor.discard_ahead()
             console.line(f"[PREFLIGHT] not starting torchrun: {', '.join(checked.failed)} failed (see the 'next:' lines above)",
                          stream=sys.stderr)  # fmt: skip
             return EXIT_PREFLIGHT_FAILED
         argv = torchrun_argv(world, user_args, local_addr=checked.local_addr)
         console.line(f"[DDP] torchrun {shlex.join(argv)}")
-        code = supervisor.run(argv, {**torchrun_env(world, env), **checked.env})
+        run_env = {**torchrun_env(world, env), **checked.env}
+        code = supervisor.run(argv, run_env)
         if code == 0 or supervisor.terminated or rejoins_left == 0:
             return code
         rejoins_left -= 1
         console.line(f"[DDP] re-joining: torchrun exited with {code}, the world broke up (pod 0 lost?); waiting for "
                      f"{world.master_addr} to come back ({rejoins_left} re-joins left)")  # fmt: skip
+        supervisor.start_ahead(argv, run_env)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,12 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from waiting import wait_for
 from trainer_testing import (
-    LONG_ARGS, SMOKE_ARGS, clean_env, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env,
+    LONG_ARGS, SMOKE_ARGS, clean_env, descendants, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env,
     resumed_lines, same_result, train_lines, worker_pids,
 )
 
@@ -189,12 +190,41 @@ def test_losing_pod_0_and_its_store_re_forms_the_world_around_its_replacement(sp
     assert first.popen.wait(10) != 0
 
     second.wait_for(lambda text: "[DDP] re-joining" in text, 60, "pod 1 re-joining after the loss of pod 0")
+    # While pod 1 waits for pod 0's replacement, its next torchrun is already up, its workers' fork
+    # server importing torch: the world forms once pod 0 is back, with nothing left to import.
+    wait_for(lambda: agents_started_ahead(second.pid), 30, "pod 1's next torchrun started ahead", interval=0.1)
     replacement = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **RESTARTS)
     assert replacement.wait(240) == 0, replacement.text()
     assert second.wait(60) == 0, second.text()
-    resumed = resumed_lines(replacement.text())
+    # On loopback both pods advertise 127.0.0.1, and rank 0 goes to the torchrun started first (on
+    # a cluster, to pod 0, whose name sorts first): here pod 1's, started ahead.
+    resumed = resumed_lines(replacement.text() + second.text())
     assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, replacement.text()[-4000:]
     assert_both_ranks_end_with((replacement, second), expected)
+
+
+def agents_started_ahead(pod_pid: int) -> list[int]:
+    """The torchruns under a pod's entrypoint that wait to start, each with its fork server below it."""
+    def command(pid: int) -> list[str]:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            return []
+
+    waiting = [pid for pid in descendants(pod_pid) if "trainer.pod.agent" in command(pid) and "--await-start" in command(pid)]
+    return [pid for pid in waiting if any("multiprocessing.forkserver" in " ".join(command(below)) for below in descendants(pid))]
+
+
+def test_sigterm_while_re_joining_ends_the_pod_and_the_torchrun_started_ahead(spawn, tmp_path):
+    port = free_port()
+    first, second = two_pods_past_step_16(spawn, tmp_path, port)
+    kill_tree(first.pid)
+    second.wait_for(lambda text: "[DDP] re-joining" in text, 60, "pod 1 re-joining after the loss of pod 0")
+    ahead = wait_for(lambda: agents_started_ahead(second.pid), 30, "pod 1's next torchrun started ahead", interval=0.1)
+    below = [pid for agent in ahead for pid in [agent, *descendants(agent)]]
+    os.kill(second.pid, signal.SIGTERM)
+    assert second.wait(30) == c.EXIT_TERMINATED, second.text()[-4000:]
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in below), 30, "the torchrun started ahead and its fork server to end")
 
 
 @pytest.mark.timeout(360)

@@ -30,6 +30,9 @@ DISABLE_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 # not in every worker at every restart of the world.
 AGENT_MODULE = "trainer.pod.agent"
 WORKER_SCRIPT = Path(__file__).with_name("worker.py").resolve()
+# The agent's own first argument: import, start the fork server, then hold back until the
+# entrypoint writes GO on its stdin; at the end of its stdin without one, it exits.
+AWAIT_START, GO = "--await-start", "go"
 # What the fork server imports: torch, and the training module where it is this product's own
 # (a user's module may touch the GPU as it is imported, and a forked process cannot use a GPU its
 # parent initialised).
