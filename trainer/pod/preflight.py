@@ -47,7 +47,7 @@ def wait_for_endpoint(
     log: Callable[[str], None] = print,
     first_delay_s: float = 0.5,
     max_delay_s: float = 1.0,
-    connect_timeout_s: float = 3.0,
+    connect_timeout_s: float = 1.0,
 ) -> Check:
     """Wait until `host` resolves and `host:port` accepts a TCP connection, with backoff.
 
@@ -55,7 +55,8 @@ def wait_for_endpoint(
     behind it listens, and joining then fails with "connection refused". The backoff stops at a
     second: a pod re-joining after pod 0's loss waits here for the new pod 0, and every second it
     looks too late is a second the whole world does not train (one lookup and one SYN a second
-    per waiting pod).
+    per waiting pod). A connection gets a second too: within a cluster a listening pod answers in
+    milliseconds, and a lost pod's address, which its name can still give, answers never.
     """
     name = f"reach {host}:{port}"
     start = time.monotonic()
