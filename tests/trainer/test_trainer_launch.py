@@ -106,6 +106,8 @@ def test_workers_are_forked_with_torch_and_only_the_products_own_module_imported
     assert worker_preload(torchrun_argv(world(), ["-m", "mylab.train", "--lr", "1"])) == ["torch"]
     assert worker_preload(torchrun_argv(world(), ["/abs/train.py"])) == ["torch"]
     assert worker_preload(torchrun_argv(world(), ["--no-python", "./train.sh"])) == []
+    assert worker_preload(torchrun_argv(world(), ["--start-method", "spawn", *SMOKE_ARGS])) == []  # no fork server then
+    assert worker_preload(torchrun_argv(world(), ["--start_method=forkserver", *SMOKE_ARGS])) == ["torch", "trainer.train"]
 
 
 def test_torchrun_env_carries_the_resolved_node_rank_even_when_the_pod_env_left_it_empty():

@@ -38,6 +38,7 @@ AWAIT_START, GO = "--await-start", "go"
 # parent initialised).
 _OWN_MODULES = "trainer."
 _NOT_PYTHON = ("--no-python", "--no_python", "--run-path", "--run_path")
+_START_METHOD = ("--start-method", "--start_method")
 
 
 class ArgsError(ValueError):
@@ -86,7 +87,13 @@ def worker_preload(agent_args: Sequence[str]) -> list[str]:
     args = list(agent_args)
     if str(WORKER_SCRIPT) not in args:
         return []
-    after = args[args.index(str(WORKER_SCRIPT)) + 1 :]
+    script = args.index(str(WORKER_SCRIPT))
+    before = args[:script]
+    methods = [option.split("=", 1)[1] if "=" in option else before[at + 1]
+               for at, option in enumerate(before) if option.split("=", 1)[0] in _START_METHOD]  # fmt: skip
+    if methods[-1:] != ["forkserver"]:
+        return []  # the user's own start method, the last given, starts the workers
+    after = args[script + 1 :]
     own = after[:1] == ["-m"] and len(after) > 1 and after[1].startswith(_OWN_MODULES)
     return ["torch", after[1]] if own else ["torch"]
 
