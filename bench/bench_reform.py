@@ -13,7 +13,7 @@ Side by side, interleaved, for pod 1 lost and for pod 0 lost:
   the product's heartbeat (RDZV_KEEP_ALIVE_INTERVAL, 1 s), workers still spawned;
   the product: that heartbeat, and workers forked from a server that imported them once
     (trainer/pod/agent.py).
-Usage: .venv/bin/python bench/bench_reform.py [--repeats 2]
+Usage: .venv/bin/python bench/bench_reform.py [--repeats 2] [--lost 1] [--lost 0]
 """
 
 from __future__ import annotations
@@ -92,8 +92,10 @@ def one_loss(lost_index: int, setup: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--lost", type=int, choices=(0, 1), action="append", help="the pod lost (default: 1, then 0)")
     args = parser.parse_args()
-    cases = [(lost, setup) for lost in (1, 0) for setup in SETUPS]
+    losses = args.lost or [1, 0]
+    cases = [(lost, setup) for lost in losses for setup in SETUPS]
     runs: dict[tuple[int, str], list[dict[str, float]]] = {case: [] for case in cases}
     for _ in range(args.repeats):
         for case in cases:
@@ -107,7 +109,7 @@ def main() -> None:
         marks = ", ".join(f"{name} {median((lost, setup), name):.1f}" for name, _ in MARKS)
         rows.append((f"pod {lost} lost, {setup}: {marks}", f"{median((lost, setup), '[TRAIN]'):.1f} s"))
     baseline, *others = SETUPS
-    for lost in (1, 0):
+    for lost in losses:
         for setup in others:
             ratio = median((lost, setup), "[TRAIN]") / median((lost, baseline), "[TRAIN]")
             rows.append((f"pod {lost} lost: to the first [TRAIN], {setup} vs torchrun's defaults", f"{ratio:.2f}"))
