@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 
 from trainer import console
 from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED, EXIT_TERMINATED
-from trainer.pod.launch import AWAIT_START, GO, ArgsError, torchrun_argv, torchrun_env
+from trainer.pod.launch import GO, ArgsError, held_back, torchrun_argv, torchrun_env
 from trainer.pod.preflight import preflight
 from trainer.pod.env import PodWorld, WorldError, resolve_world
 
@@ -58,8 +58,7 @@ class _Supervisor:
         """Starts the torchrun of `argv` holding back (the agent's --await-start) until run() is
         called with the same command line and env; it ends by itself if this process does (the end
         of its stdin without a go)."""
-        held = [*argv[:3], AWAIT_START, *argv[3:]]  # argv[:3]: python -m <the agent>
-        self._ahead = (subprocess.Popen(held, env=dict(env), stdin=subprocess.PIPE), argv, dict(env))
+        self._ahead = (subprocess.Popen(held_back(argv), env=dict(env), stdin=subprocess.PIPE), argv, dict(env))
 
     def discard_ahead(self) -> None:
         if self._ahead is not None:

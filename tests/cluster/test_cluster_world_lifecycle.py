@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from trainer_testing import done_lines, same_result
+from trainer_testing import same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, EngineStack, UpFailed, all_logs, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, evict, final_done_lines, get,
+    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, evict, final_done_lines, get,
     job_condition, kill_container, newest_checkpoint, pod_name, pod_resumed_lines, pods, print_reform_timeline, resumed_step, run_dir, wait_for,
     wait_for_checkpoint_after, wait_for_reform, wait_for_world, world_pods,
 )  # fmt: skip
@@ -71,16 +71,12 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
     if kind == contract.INDEXED_JOB:
         assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
     else:  # its pods start again once the run ends, and report the finished run
-        wait_for(lambda: _both_pods_done(cluster), 900, "both pods' [DONE] lines", interval=3)
+        # final_done_lines raises until every pod has one, which wait_for takes as not yet
+        wait_for(lambda: len(final_done_lines(cluster)) == 2, 900, "both pods' [DONE] lines", interval=3)
     finals = final_done_lines(cluster)
     assert sorted(line["rank"] for line in finals) == ["0", "1"]
     # The same final loss and weights as a world that was never disrupted: the resumes were exact.
     assert [same_result(line) for line in finals] == [expected.result()] * 2
-
-
-def _both_pods_done(cluster) -> bool:
-    found = world_pods(cluster)
-    return len(found) == 2 and all(done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"])) for pod in found.values())
 
 
 def _evicted(cluster, pod: str) -> None:

@@ -7,7 +7,7 @@ from trainer_testing import SMOKE_ARGS, pod_env
 
 from trainer import contract as c
 from trainer.entrypoint import resolve_world, torchrun_argv
-from trainer.pod.launch import WORKER_SCRIPT, ArgsError, torchrun_env, worker_preload
+from trainer.pod.launch import AWAIT_START, WORKER_SCRIPT, ArgsError, held_back, torchrun_env, worker_preload
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -102,12 +102,20 @@ def test_a_command_that_is_not_python_or_already_runs_in_the_agent_passes_verbat
 
 def test_workers_are_forked_with_torch_and_only_the_products_own_module_imported():
     """A user's module may touch the GPU when imported: a process that did cannot fork workers that use it."""
-    assert worker_preload(torchrun_argv(world(), SMOKE_ARGS)) == ["torch", "trainer.train"]
-    assert worker_preload(torchrun_argv(world(), ["-m", "mylab.train", "--lr", "1"])) == ["torch"]
-    assert worker_preload(torchrun_argv(world(), ["/abs/train.py"])) == ["torch"]
-    assert worker_preload(torchrun_argv(world(), ["--no-python", "./train.sh"])) == []
-    assert worker_preload(torchrun_argv(world(), ["--start-method", "spawn", *SMOKE_ARGS])) == []  # no fork server then
-    assert worker_preload(torchrun_argv(world(), ["--start_method=forkserver", *SMOKE_ARGS])) == ["torch", "trainer.train"]
+    def preload(user: list[str]) -> list[str]:
+        return worker_preload(torchrun_argv(world(), user)[3:])  # what the agent gets: after python -m <agent>
+
+    assert preload(SMOKE_ARGS) == ["torch", "trainer.train"]
+    assert preload(["-m", "mylab.train", "--lr", "1"]) == ["torch"]
+    assert preload(["/abs/train.py"]) == ["torch"]
+    assert preload(["--no-python", "./train.sh"]) == []
+    assert preload(["--start-method", "spawn", *SMOKE_ARGS]) == []  # no fork server then
+    assert preload(["--start_method=forkserver", *SMOKE_ARGS]) == ["torch", "trainer.train"]
+
+
+def test_a_torchrun_held_back_waits_for_its_go_with_the_same_command_line():
+    argv = torchrun_argv(world(), SMOKE_ARGS, python="python")
+    assert held_back(argv) == ["python", "-m", "trainer.pod.agent", AWAIT_START, *argv[3:]]
 
 
 def test_torchrun_env_carries_the_resolved_node_rank_even_when_the_pod_env_left_it_empty():

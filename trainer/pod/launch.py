@@ -82,20 +82,25 @@ def torchrun_argv(
 
 
 def worker_preload(agent_args: Sequence[str]) -> list[str]:
-    """The modules the workers' fork server imports, from the agent's arguments ([] where no
-    worker is forked: the user's command is not Python)."""
-    args = list(agent_args)
-    if str(WORKER_SCRIPT) not in args:
+    """The modules the workers' fork server imports, from the agent's arguments (those after
+    `-m trainer.pod.agent`); [] where no worker is forked: the user's command is not Python, or
+    their own start method, the last given, starts the workers."""
+    options, _, target = _split(agent_args)
+    if target[:1] != [str(WORKER_SCRIPT)]:
         return []
-    script = args.index(str(WORKER_SCRIPT))
-    before = args[:script]
-    methods = [option.split("=", 1)[1] if "=" in option else before[at + 1]
-               for at, option in enumerate(before) if option.split("=", 1)[0] in _START_METHOD]  # fmt: skip
+    methods = [option.split("=", 1)[1] if "=" in option else options[at + 1]
+               for at, option in enumerate(options) if option.split("=", 1)[0] in _START_METHOD]  # fmt: skip
     if methods[-1:] != ["forkserver"]:
-        return []  # the user's own start method, the last given, starts the workers
-    after = args[script + 1 :]
+        return []
+    after = target[1:]
     own = after[:1] == ["-m"] and len(after) > 1 and after[1].startswith(_OWN_MODULES)
     return ["torch", after[1]] if own else ["torch"]
+
+
+def held_back(argv: Sequence[str]) -> list[str]:
+    """torchrun_argv's command line, its agent holding back until it is told to go (AWAIT_START)."""
+    agent = list(argv).index(AGENT_MODULE) + 1
+    return [*argv[:agent], AWAIT_START, *argv[agent:]]
 
 
 def torchrun_env(world: PodWorld, env: Mapping[str, str]) -> dict[str, str]:
