@@ -3,14 +3,24 @@
 Usage (the container command): python -m trainer.entrypoint <what you would write after torchrun>
 e.g. python -m trainer.entrypoint -m trainer.train smoke --epochs 2
 
-torchrun runs as a child, not exec'd, for one case torchrun cannot handle: pod 0 hosts the
-rendezvous store, so when pod 0 is lost every other pod's torchrun fails with a connection error.
-Those pods then wait for pod 0's replacement (the preflight again) and join the world it forms, at
-most MAX_RESTARTS times, instead of failing with it. Meanwhile their next torchrun is already
-started, with the same command line and env, holding back until the preflight passes (its workers'
-fork server imports torch during the wait); a preflight that ends otherwise discards it. Pod 0
-never re-joins: its torchrun restarts its own workers when a peer is lost, and its failure is the
-run's (the Job counts it). A SIGTERM is passed on to torchrun, which gives the workers
+torchrun runs as a child, not exec'd, for one case torchrun cannot handle: the loss of the
+rendezvous store, which fails every torchrun that uses it with a connection error. Where the store
+runs decides which pods see that:
+- on pod 0 (static, and c10d whose RDZV_ENDPOINT is unset or MASTER_ADDR:MASTER_PORT): pod 0's
+  agent hosts it, so when pod 0 is lost every other pod's torchrun fails. Those pods then wait for
+  pod 0's replacement (the preflight again) and join the world it forms. Pod 0 never re-joins: it
+  waits for nothing, its torchrun restarts its own workers when a peer is lost, and its failure is
+  the run's (the Job counts it).
+- apart (c10d whose RDZV_ENDPOINT is another address, python -m trainer.pod.rendezvous_store;
+  etcd-v2's etcd likewise): no pod hosts it, and every pod, pod 0 included, waits for it in its
+  preflight. A lost pod, pod 0 too, fails no other pod's torchrun: each restarts its workers and
+  waits in the rendezvous, where the replacement joins. Only the store's own loss fails them;
+  every pod then waits for the store to be back (the preflight again) and joins the world that
+  forms anew around it.
+A pod that may re-join does so at most MAX_RESTARTS times, instead of failing with the world.
+Meanwhile its next torchrun is already started, with the same command line and env, holding back
+until the preflight passes (its workers' fork server imports torch during the wait); a preflight
+that ends otherwise discards it. A SIGTERM is passed on to torchrun, which gives the workers
 SHUTDOWN_TIMEOUT to checkpoint; the pod then exits 143, which the Job replaces without counting as
 a failure.
 """
@@ -126,8 +136,8 @@ def _start(user_args: Sequence[str], supervisor: _Supervisor) -> int:
         if code == 0 or supervisor.terminated or rejoins_left == 0:
             return code
         rejoins_left -= 1
-        console.line(f"[DDP] re-joining: torchrun exited with {code}, the world broke up (pod 0 lost?); waiting for "
-                     f"{world.master_addr} to come back ({rejoins_left} re-joins left)")  # fmt: skip
+        console.line(f"[DDP] re-joining: torchrun exited with {code}, the world broke up (its rendezvous store lost?); "
+                     f"waiting for {world.rdzv_endpoint} to come back ({rejoins_left} re-joins left)")  # fmt: skip
         supervisor.start_ahead(argv, run_env)
 
 

@@ -32,8 +32,27 @@ def test_c10d_argv_carries_the_world_and_user_args_verbatim():
     }  # fmt: skip
 
 
+def store_apart(endpoint: str = "rdzv-store:29400") -> dict[str, str]:
+    """The pod env of a world whose c10d store runs in a process of its own (trainer.pod.rendezvous_store)."""
+    return {c.RDZV_ENDPOINT.name: endpoint, c.PET_RDZV_ENDPOINT.name: endpoint}
+
+
 def test_node_zero_hosts_the_c10d_store():
     assert "is_host=1" in flags(torchrun_argv(world("w-0"), ["x.py"]))["rdzv-conf"]
+
+
+def test_node_zero_hosts_the_c10d_store_when_the_endpoint_is_set_to_its_own_address():
+    w = world("w-0", **store_apart("127.0.0.1:29500"))  # MASTER_ADDR:MASTER_PORT, written out
+    assert flags(torchrun_argv(w, ["x.py"]))["rdzv-conf"].endswith(",is_host=1")
+
+
+@pytest.mark.parametrize("endpoint", ["rdzv-store:29400", "127.0.0.1:29400", "rdzv-store:29500"])
+def test_no_node_hosts_a_c10d_store_that_runs_apart(endpoint):
+    """Another host, or node 0's host on another port: each agent, node 0's too, is only a client."""
+    for pod in ("w-0", "w-1"):
+        head = flags(torchrun_argv(world(pod, **store_apart(endpoint)), ["x.py"]))
+        assert head["rdzv-endpoint"] == endpoint
+        assert head["rdzv-conf"].endswith(",is_host=0"), (pod, head["rdzv-conf"])
 
 
 def test_static_passes_node_rank_master_and_its_timeout():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from waiting import wait_for
 from trainer_testing import (
-    LONG_ARGS, SMOKE_ARGS, clean_env, descendants, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env,
+    LONG_ARGS, PYTHON, SMOKE_ARGS, clean_env, descendants, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env,
     resumed_lines, same_result, train_lines, worker_pids,
 )
 
@@ -33,10 +33,10 @@ def start_pod(spawn, pod_name: str, port: int, out_dir, args=SMOKE_ARGS, **env):
 RESTARTS = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
 
 
-def two_pods_past_step_16(spawn, tmp_path, port: int):
+def two_pods_past_step_16(spawn, tmp_path, port: int, **env):
     """A world of two pods of LONG_ARGS, with world restarts allowed, once it has checkpointed step 16."""
-    first = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **RESTARTS)
-    second = start_pod(spawn, "ddp-1", port, tmp_path, LONG_ARGS, **RESTARTS)
+    first = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **RESTARTS, **env)
+    second = start_pod(spawn, "ddp-1", port, tmp_path, LONG_ARGS, **RESTARTS, **env)
     wait_for_file(tmp_path / "run" / "checkpoints" / "ckpt-00000016.json", (first, second), timeout=180)
     return first, second
 
@@ -300,3 +300,75 @@ def test_a_world_resized_from_2_to_3_goes_on_at_the_exact_sample_and_learning_ra
             seen_before = int(fields["samples"]) - per_step_3
             expected = 1e-3 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, seen_before / schedule))))
             assert float(fields["lr"]) == pytest.approx(expected, rel=1e-6), line
+
+
+# --- the rendezvous store in a process of its own (trainer.pod.rendezvous_store) ----------------
+def start_store(spawn, port: int, name: str = "store"):
+    store = spawn([PYTHON, "-m", "trainer.pod.rendezvous_store", str(port)], clean_env(), name)
+    store.wait_for(lambda text: f"[RDZV] store listening on port {port}" in text, 60, "the store listening")
+    return store
+
+
+def store_at(port: int) -> dict[str, str]:
+    """The pod env's endpoint of a store apart: another address than MASTER_ADDR:MASTER_PORT."""
+    return {c.RDZV_ENDPOINT.name: f"127.0.0.1:{port}", c.PET_RDZV_ENDPOINT.name: f"127.0.0.1:{port}"}
+
+
+def torchruns_of(pod_pid: int) -> list[int]:
+    """The torchrun agents under a pod's entrypoint (one, unless one is started ahead)."""
+    def command(pid: int) -> list[str]:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            return []
+
+    return [pid for pid in descendants(pod_pid) if command(pid)[1:3] == ["-m", "trainer.pod.agent"]]
+
+
+@pytest.mark.timeout(360)
+def test_losing_pod_0_with_the_store_apart_leaves_pod_1s_torchrun_to_let_the_replacement_in(spawn, tmp_path, reference_result):
+    """The store outlives pod 0: pod 1's torchrun does not fail, it restarts its workers and waits in
+    the rendezvous, where pod 0's replacement (which waits for the store, not hosts it) joins it."""
+    expected = reference_result(LONG_ARGS)
+    port, store_port = free_port(), free_port()
+    store = start_store(spawn, store_port)
+    first, second = two_pods_past_step_16(spawn, tmp_path, port, **store_at(store_port))
+    assert f"[PREFLIGHT] ok   reach 127.0.0.1:{store_port}" in first.text(), "pod 0 waits for the store like any pod"
+    torchrun = torchruns_of(second.pid)
+    assert len(torchrun) == 1, torchrun
+    kill_tree(first.pid)
+    assert first.popen.wait(10) != 0
+
+    replacement = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **RESTARTS, **store_at(store_port))
+    replacement.wait_for(lambda text: "[DDP] process " in text, 180, "the replacement's process in the re-formed world")
+    assert torchruns_of(second.pid) == torchrun, "pod 1's torchrun stayed, and none was started ahead"
+    assert replacement.wait(240) == 0, replacement.text()
+    assert second.wait(60) == 0, second.text()
+    assert "[DDP] re-joining" not in second.text(), second.text()[-4000:]
+    assert second.text().count("[DDP] torchrun ") == 1, "pod 1's first torchrun re-formed the world itself"
+    resumed = resumed_lines(replacement.text() + second.text())
+    assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, replacement.text()[-4000:]
+    assert_both_ranks_end_with((replacement, second), expected)
+    assert store.popen.poll() is None, "the store serves the world to its end"
+
+
+@pytest.mark.timeout(420)
+def test_losing_the_store_apart_and_restarting_it_re_joins_both_pods_to_a_world_that_ends_exactly(spawn, tmp_path, reference_result):
+    """The store's process killed (its pod lost) and started again on the same port, empty, while
+    the world trains: each torchrun loses the rendezvous and fails; both entrypoints re-join, wait
+    for the store, and the world forms again from the checkpoint."""
+    expected = reference_result(LONG_ARGS)
+    port, store_port = free_port(), free_port()
+    store = start_store(spawn, store_port)
+    first, second = two_pods_past_step_16(spawn, tmp_path, port, **store_at(store_port))
+    kill_tree(store.pid)
+    assert store.popen.wait(10) != 0
+    start_store(spawn, store_port, "store-again")
+
+    for pod in (first, second):
+        pod.wait_for(lambda text: "[DDP] re-joining" in text, 120, f"{pod.log.stem} re-joining after the loss of the store")
+    assert first.wait(240) == 0, first.text()
+    assert second.wait(60) == 0, second.text()
+    resumed = resumed_lines(first.text() + second.text())
+    assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, first.text()[-4000:]
+    assert_both_ranks_end_with((first, second), expected)

@@ -91,6 +91,35 @@ def test_only_node_zero_of_c10d_and_static_hosts_the_rendezvous():
     assert resolve_world(pod_env("w-0", 1), "w-0").hosts_rendezvous
     assert resolve_world(pod_env("w-0", 1, backend="static"), "w-0").hosts_rendezvous
     assert not resolve_world(pod_env("w-1", 1), "w-1").hosts_rendezvous
+    assert not resolve_world(pod_env("w-1", 1, backend="static"), "w-1").hosts_rendezvous
+
+
+def endpoint_env(pod: str, endpoint: str, backend: str = "c10d") -> dict[str, str]:
+    return pod_env(pod, 29500, backend=backend, **{c.RDZV_ENDPOINT.name: endpoint, c.PET_RDZV_ENDPOINT.name: endpoint})
+
+
+@pytest.mark.parametrize("endpoint", ["rdzv-store.ml.svc:29400", "127.0.0.1:29400", "rdzv-store.ml.svc:29500"])
+def test_no_node_hosts_a_c10d_store_that_runs_apart(endpoint):
+    """An endpoint other than MASTER_ADDR:MASTER_PORT is a store of its own: node 0 waits for it too."""
+    for pod in ("w-0", "w-1"):
+        world = resolve_world(endpoint_env(pod, endpoint), pod)
+        assert world.rdzv_endpoint == endpoint and not world.hosts_rendezvous, pod
+
+
+def test_node_zero_hosts_a_c10d_store_whose_endpoint_is_written_out_as_its_own_address():
+    assert resolve_world(endpoint_env("w-0", "127.0.0.1:29500"), "w-0").hosts_rendezvous
+    assert not resolve_world(endpoint_env("w-1", "127.0.0.1:29500"), "w-1").hosts_rendezvous
+
+
+def test_static_is_hosted_on_node_zero_whatever_the_endpoint_says():
+    """torchrun's static backend keeps its store at MASTER_ADDR:MASTER_PORT, on node 0's agent."""
+    assert resolve_world(endpoint_env("w-0", "rdzv-store.ml.svc:29400", backend="static"), "w-0").hosts_rendezvous
+
+
+@pytest.mark.parametrize("pod", ["w-0", "w-1"])
+def test_no_node_hosts_an_etcd_rendezvous(pod):
+    assert not resolve_world(endpoint_env(pod, "etcd.ml.svc:2379", backend="etcd-v2"), pod).hosts_rendezvous
+    assert not resolve_world(endpoint_env(pod, "127.0.0.1:29500", backend="etcd-v2"), pod).hosts_rendezvous
 
 
 def test_world_is_frozen():

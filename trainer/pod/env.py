@@ -82,8 +82,12 @@ class PodWorld:
 
     @property
     def hosts_rendezvous(self) -> bool:
-        """c10d and static keep their store on node 0's agent: node 0 must not wait for itself."""
-        return self.rdzv_backend in ("c10d", "static") and self.node_rank == 0
+        """Node 0's agent hosts the store of static, and of c10d unless the endpoint is another
+        address than node 0's (a store of its own): node 0 must not wait for itself."""
+        on_node_0 = self.rdzv_backend == "static" or (
+            self.rdzv_backend == "c10d" and self.rdzv_endpoint == f"{self.master_addr}:{self.master_port}"
+        )
+        return on_node_0 and self.node_rank == 0
 
     def summary(self) -> str:
         return (

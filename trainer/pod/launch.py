@@ -133,9 +133,9 @@ def _rdzv_conf(world: PodWorld) -> dict[str, int]:
     }  # fmt: skip
     if world.rdzv_backend == "c10d":
         conf["read_timeout"] = t.read
-        # Node 0 hosts the store. Said explicitly, because torchrun's guess compares the endpoint
-        # with the machine's names, and a pod's hostname is not its headless-Service DNS name.
-        conf["is_host"] = int(world.node_rank == 0)
+        # Said explicitly, because torchrun's guess compares the endpoint with the machine's names,
+        # and a pod's hostname is not its headless-Service DNS name.
+        conf["is_host"] = int(world.hosts_rendezvous)
     return conf
 
 
