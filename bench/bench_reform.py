@@ -34,23 +34,27 @@ from trainer_testing import LONG_ARGS, Proc, clean_env, entrypoint_command, free
 from trainer import contract as c  # noqa: E402
 
 SPAWNED = ["--start-method=spawn"]
-# name: (the rendezvous heartbeat, torchrun options before the training run)
+# name: (the rendezvous heartbeat, torchrun options before the training run, the store in a process of its own)
 SETUPS = {
-    "torchrun's defaults (heartbeat 5 s, workers spawned)": (5, SPAWNED),
-    "heartbeat 1 s, workers spawned": (1, SPAWNED),
-    "the product (heartbeat 1 s, workers forked)": (1, []),
+    "torchrun's defaults (heartbeat 5 s, workers spawned)": (5, SPAWNED, False),
+    "heartbeat 1 s, workers spawned": (1, SPAWNED, False),
+    "heartbeat 1 s, workers forked, the store on pod 0": (1, [], False),
+    "the product (heartbeat 1 s, workers forked, the store apart)": (1, [], True),
 }
 MARKS = (("torchrun", "[DDP] torchrun"), ("process group", "[DDP] process"), ("resumed", "[CKPT] resumed"), ("[TRAIN]", "[TRAIN]"))
 RESTARTS = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
 
 
-def start(name: str, port: int, out: Path, setup: str) -> Proc:
-    keep_alive, options = SETUPS[setup]
-    env = clean_env(**pod_env(name, port, **RESTARTS, **{c.RDZV_KEEP_ALIVE_INTERVAL.name: str(keep_alive)}), OUT_DIR=str(out))
-    log = out / f"{name}-{time.monotonic_ns()}.log"
+def start(name: str, port: int, out: Path, setup: str, store_port: int | None) -> Proc:
+    keep_alive, options, _ = SETUPS[setup]
+    store = {} if store_port is None else {c.RDZV_ENDPOINT.name: f"127.0.0.1:{store_port}", c.PET_RDZV_ENDPOINT.name: f"127.0.0.1:{store_port}"}
+    env = clean_env(**pod_env(name, port, **RESTARTS, **{c.RDZV_KEEP_ALIVE_INTERVAL.name: str(keep_alive)}, **store), OUT_DIR=str(out))
+    return launch(entrypoint_command([*options, *LONG_ARGS]), env, out / f"{name}-{time.monotonic_ns()}.log")
+
+
+def launch(command: list[str], env: dict[str, str], log: Path) -> Proc:
     with open(log, "wb") as sink:
-        popen = subprocess.Popen(entrypoint_command([*options, *LONG_ARGS]), env=env, cwd=REPO, stdout=sink,
-                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        popen = subprocess.Popen(command, env=env, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     return Proc(popen, log)
 
 
@@ -58,7 +62,11 @@ def one_loss(lost_index: int, setup: str) -> dict[str, float]:
     """Seconds from the loss to each mark of the re-formed world, read from the new lines of both logs."""
     out = Path(tempfile.mkdtemp(prefix="bench-reform-"))
     port = free_port()
-    pods = [start("ddp-0", port, out, setup), start("ddp-1", port, out, setup)]
+    pods = []
+    store_port = free_port() if SETUPS[setup][2] else None
+    if store_port is not None:
+        pods.append(launch([sys.executable, "-m", "trainer.pod.rendezvous_store", str(store_port)], clean_env(), out / "store.log"))
+    pods += [start("ddp-0", port, out, setup, store_port), start("ddp-1", port, out, setup, store_port)]
     try:
         checkpoint = out / "run" / "checkpoints" / "ckpt-00000016.json"
         deadline = time.monotonic() + 240
@@ -66,12 +74,13 @@ def one_loss(lost_index: int, setup: str) -> dict[str, float]:
             if time.monotonic() > deadline or any(p.ended() for p in pods):
                 raise RuntimeError(f"no checkpoint of step 16: {[p.ended() for p in pods]}")
             time.sleep(0.02)
-        survivor = pods[1 - lost_index]
+        survivor = pods[-2 + 1 - lost_index]
         already = len(survivor.text())
         lost_at = time.monotonic()
-        kill_tree(pods[lost_index].pid)
-        pods[lost_index].popen.wait(10)
-        replacement = start(f"ddp-{lost_index}", port, out, setup)
+        lost = pods[-2 + lost_index]
+        kill_tree(lost.pid)
+        lost.popen.wait(10)
+        replacement = start(f"ddp-{lost_index}", port, out, setup, store_port)
         pods.append(replacement)
         seen: dict[str, float] = {}
         while "[TRAIN]" not in seen:

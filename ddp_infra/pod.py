@@ -76,7 +76,7 @@ def pod_env(world: World) -> list[dict[str, Any]]:
     """
     config = world.config
     rdzv = config.rendezvous
-    endpoint = rdzv.endpoint or f"{world.master_addr}:{world.rendezvous_port}"
+    endpoint = world.rdzv_endpoint
     sources: dict[str, dict[str, Any]] = {
         contract.NNODES.name: {"value": str(world.nnodes)},
         contract.NPROC_PER_NODE.name: {"value": str(world.nproc_per_node)},
@@ -194,15 +194,33 @@ def container(world: World) -> dict[str, Any]:
         "env": pod_env(world),
         "resources": _resources(config),
         "volumeMounts": _volume_mounts(config),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": config.pod.read_only_root_filesystem,
-            "runAsNonRoot": True,
-            # Nothing is added, not even IPC_LOCK for RDMA: a uid-1000 process gets no capability
-            # without ambient ones, so memory pinned for RDMA is bounded by the memlock limit the
-            # node's container runtime sets, whatever the pod asks.
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": container_security_context(config),
+    }
+
+
+def container_security_context(config: StackConfig) -> dict[str, Any]:
+    """What the restricted Pod Security level asks of a container, for the image's own user."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": config.pod.read_only_root_filesystem,
+        "runAsNonRoot": True,
+        # Nothing is added, not even IPC_LOCK for RDMA: a uid-1000 process gets no capability
+        # without ambient ones, so memory pinned for RDMA is bounded by the memlock limit the
+        # node's container runtime sets, whatever the pod asks.
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def pod_security_context() -> dict[str, Any]:
+    """The pod's: the image's user and group, and the runtime's default seccomp profile."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": contract.IMAGE_UID,
+        "runAsGroup": contract.IMAGE_GID,
+        "fsGroup": contract.IMAGE_GID,
+        # Recursive chown of a large dataset volume on every start would delay each pod.
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 
@@ -218,17 +236,29 @@ def _extra_containers(config: StackConfig, trainer: dict[str, Any]) -> list[dict
     return [secured(init) for init in config.pod.init_containers] + sidecars
 
 
-def _scheduling(config: StackConfig, world: World) -> dict[str, Any]:
+def image_pull_secrets(config: StackConfig) -> dict[str, Any]:
+    secrets = config.image.pull_secrets
+    return {"imagePullSecrets": [{"name": name} for name in secrets]} if secrets else {}
+
+
+def node_placement(config: StackConfig) -> dict[str, Any]:
+    """The nodes a pod of the stack may run on: its node selector, tolerations and priority."""
     scheduling = config.scheduling
     spec: dict[str, Any] = {}
     if scheduling.node_selector:
         spec["nodeSelector"] = dict(scheduling.node_selector)
     if scheduling.tolerations:
         spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in scheduling.tolerations]
-    if scheduling.affinity:
-        spec["affinity"] = scheduling.affinity
     if scheduling.priority_class_name:
         spec["priorityClassName"] = scheduling.priority_class_name
+    return spec
+
+
+def _scheduling(config: StackConfig, world: World) -> dict[str, Any]:
+    scheduling = config.scheduling
+    spec = node_placement(config)
+    if scheduling.affinity:
+        spec["affinity"] = scheduling.affinity
     spread = scheduling.topology_spread
     if spread.enabled:
         spec["topologySpreadConstraints"] = [{
@@ -249,21 +279,12 @@ def pod_template(world: World) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,  # thousands of Service env vars help nobody
         "terminationGracePeriodSeconds": config.workload.termination_grace_period_seconds,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": contract.IMAGE_UID,
-            "runAsGroup": contract.IMAGE_GID,
-            "fsGroup": contract.IMAGE_GID,
-            # Recursive chown of a large dataset volume on every start would delay each pod.
-            "fsGroupChangePolicy": "OnRootMismatch",
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": pod_security_context(),
         "containers": [trainer],
         "volumes": _volumes(config),
         **_scheduling(config, world),
     }
-    if config.image.pull_secrets:
-        spec["imagePullSecrets"] = [{"name": name} for name in config.image.pull_secrets]
+    spec.update(image_pull_secrets(config))
     if world.workload_kind in (contract.INDEXED_JOB, contract.JOBSET):
         spec["restartPolicy"] = "Never"
         # Job pods get <job>-<index> as hostname; the subdomain gives them the DNS name MASTER_ADDR uses.

@@ -68,6 +68,26 @@ class World:
         return contract.master_dns_name(self.workload_name, self.service_name, self.workload_kind)
 
     @property
+    def has_rendezvous_store(self) -> bool:
+        """The c10d store runs in a pod of its own (ddp_infra/rendezvous_store.py), not on pod 0."""
+        rendezvous = self.config.rendezvous
+        return rendezvous.backend == "c10d" and rendezvous.store == "own-pod"
+
+    @property
+    def rendezvous_store_name(self) -> str:
+        """The store's Deployment, Service and NetworkPolicy."""
+        return f"{self.workload_name}-rdzv-store"
+
+    @property
+    def rdzv_endpoint(self) -> str:
+        """host:port of the rendezvous store: etcd's, the store pod's Service, or pod 0's."""
+        rendezvous = self.config.rendezvous
+        if rendezvous.endpoint:
+            return rendezvous.endpoint
+        host = self.rendezvous_store_name if self.has_rendezvous_store else self.master_addr
+        return f"{host}:{self.rendezvous_port}"
+
+    @property
     def rdzv_id(self) -> str:
         """Unique to the stack and the world's shape: pods of a world of another size never join this one."""
         return f"{self.project}-{self.stack}-{self.workload_name}-{self.nnodes}x{self.nproc_per_node}"
@@ -104,11 +124,18 @@ class World:
         """The labels that pick the world's pods: Service, NetworkPolicy, PDB and workload agree on it."""
         return {"app.kubernetes.io/name": APP_NAME, "app.kubernetes.io/instance": self.workload_name}
 
-    def labels(self, component: str) -> dict[str, str]:
-        """Labels of an object of the world (and of its pods, with component="trainer")."""
+    @property
+    def rendezvous_store_selector(self) -> dict[str, str]:
+        """The labels that pick the store's pod: not the world's, so that no Service, budget or
+        policy of the world's pods counts it among them."""
+        return {"app.kubernetes.io/name": APP_NAME, "app.kubernetes.io/instance": self.rendezvous_store_name}
+
+    def labels(self, component: str, selector: Optional[dict[str, str]] = None) -> dict[str, str]:
+        """Labels of an object of the world (and of its pods, with component="trainer"); `selector`
+        in place of the world's for the objects of the store's pod."""
         return {
             **self.extra_labels,
-            **self.selector,
+            **(self.selector if selector is None else selector),
             "app.kubernetes.io/component": component,
             **OWNERSHIP_LABELS,
         }

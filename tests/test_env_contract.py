@@ -16,6 +16,7 @@ import pytest
 import infra_harness as harness
 from ddp_infra import config as stack_config
 from ddp_infra import pod as infra_pod
+from ddp_infra import rendezvous_store
 from ddp_infra.world import World as InfraWorld
 from trainer import contract
 from trainer.hang_watch import HangLimits
@@ -91,7 +92,9 @@ def test_every_pod_resolves_the_world_the_program_describes(stack, kind, nodes):
         assert seen.node_rank == index
         assert (seen.nnodes, seen.nproc_per_node, seen.world_size) == (world.nnodes, world.nproc_per_node, world.world_size)
         assert (seen.master_addr, seen.master_port) == (world.master_addr, world.rendezvous_port)
-        assert seen.rdzv_endpoint == f"{world.master_addr}:{world.rendezvous_port}"
+        # the c10d store in a pod of its own: every pod waits for it, none hosts it
+        assert seen.rdzv_endpoint == f"{world.rendezvous_store_name}:{world.rendezvous_port}"
+        assert not seen.hosts_rendezvous
         assert (seen.rdzv_backend, seen.rdzv_id, seen.run_name) == (parsed.rendezvous.backend, world.rdzv_id, world.run_name)
         assert seen.max_restarts == parsed.rendezvous.max_restarts
         assert seen.timeouts.join == parsed.rendezvous.join_timeout_seconds
@@ -103,8 +106,32 @@ def test_every_pod_resolves_the_world_the_program_describes(stack, kind, nodes):
         argv = torchrun_argv(seen, list(parsed.run.args))
         assert f"--nnodes={world.nnodes}" in argv and f"--nproc-per-node={world.nproc_per_node}" in argv
         assert f"--rdzv-id={world.rdzv_id}" in argv
+        assert "is_host=0" in next(arg for arg in argv if arg.startswith("--rdzv-conf="))
         assert f"--shutdown-timeout={seen.shutdown_timeout}" in argv
         assert argv[-len(parsed.run.args):] == list(parsed.run.args)
+
+
+@pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
+def test_with_the_store_on_pod_0_pod_0_hosts_it_and_the_others_wait_for_pod_0(kind):
+    _, world = configured("dev", nodes="3", workload__kind=kind, rendezvous__store="pod-0")
+    env = infra_pod.pod_env(world)
+    for index in range(3):
+        pod, hostname = pod_of(world, index)
+        seen = resolve_world(kubelet_env(env, pod, {}), hostname)
+        assert seen.rdzv_endpoint == f"{world.master_addr}:{world.rendezvous_port}"
+        assert seen.hosts_rendezvous is (index == 0)
+        conf = next(arg for arg in torchrun_argv(seen, []) if arg.startswith("--rdzv-conf="))
+        assert f"is_host={int(index == 0)}" in conf
+
+
+def test_the_store_pod_runs_the_trainers_store_where_the_pods_look_for_it():
+    _, world = configured("dev")
+    (container,) = rendezvous_store.deployment_manifest(world)["spec"]["template"]["spec"]["containers"]
+    service = rendezvous_store.service_manifest(world)
+    (port,) = service["spec"]["ports"]
+    endpoint = next(var["value"] for var in infra_pod.pod_env(world) if var["name"] == contract.RDZV_ENDPOINT.name)
+    assert container["command"] == [*contract.RENDEZVOUS_STORE_COMMAND, str(port["targetPort"])]
+    assert endpoint == f"{service['metadata']['name']}:{port['port']}"
 
 
 @pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)

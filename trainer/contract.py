@@ -74,7 +74,10 @@ MASTER_PORT = EnvVar("MASTER_PORT", "rendezvous / TCPStore port on pod 0")
 RDZV_BACKEND = EnvVar("RDZV_BACKEND", f"torchrun rendezvous backend, one of {', '.join(RDZV_BACKENDS)}")
 RDZV_ID = EnvVar("RDZV_ID", "rendezvous id unique to the stack, so two jobs never join each other")
 RDZV_ENDPOINT = EnvVar(
-    "RDZV_ENDPOINT", "host:port of the rendezvous store; defaults to MASTER_ADDR:MASTER_PORT", required=False
+    "RDZV_ENDPOINT",
+    "host:port of the rendezvous store; defaults to MASTER_ADDR:MASTER_PORT (pod 0 hosts it); another address is a store "
+    "of its own (RENDEZVOUS_STORE_COMMAND) that every pod waits for",
+    required=False,
 )
 RDZV_JOIN_TIMEOUT = EnvVar("RDZV_JOIN_TIMEOUT", "seconds torchrun waits for the whole world to join")
 RDZV_READ_TIMEOUT = EnvVar("RDZV_READ_TIMEOUT", "seconds a c10d store read may take", required=False)
@@ -215,6 +218,8 @@ IMAGE_UID = 1000
 IMAGE_GID = 1000
 # The container command and the default args (what a user would write after `torchrun`).
 ENTRYPOINT_COMMAND: tuple[str, ...] = ("python", "-m", "trainer.entrypoint")
+# The rendezvous store's pod (`rendezvous.store: own-pod`) runs this, with the port as its one argument.
+RENDEZVOUS_STORE_COMMAND: tuple[str, ...] = ("python", "-m", "trainer.pod.rendezvous_store")
 DEFAULT_TRAIN_ARGS: tuple[str, ...] = (
     "-m", "trainer.train", "smoke",
     "--epochs", "2", "--batch", "256", "--samples", "4096", "--features", "128", "--classes", "4",

@@ -15,6 +15,7 @@ from .guardrails import Guardrails, GuardrailsArgs
 from .hf_token import HfTokenSecret, HfTokenSecretArgs
 from .namespace import TrainingNamespace, TrainingNamespaceArgs
 from .rendezvous import Rendezvous, RendezvousArgs
+from .rendezvous_store import RendezvousStore, RendezvousStoreArgs
 from .secret_env import SecretEnv, SecretEnvArgs
 from .storage import TrainingStorage, TrainingStorageArgs
 from .trainer import Trainer, TrainerArgs
@@ -79,6 +80,13 @@ class DdpTrainingStack(Component):
         )
         self.rendezvous = Rendezvous("rendezvous", RendezvousArgs(world=world), opts=inside())
         self.guardrails = Guardrails("guardrails", GuardrailsArgs(world=world), opts=inside())
+        # Not among what the pods wait for: the store's pod starts beside them (each pod's preflight
+        # waits for it), not before them, and a first image pull is not paid twice in a row.
+        self.rendezvous_store = (
+            RendezvousStore("rendezvous-store", RendezvousStoreArgs(world=world), opts=inside(self.guardrails))
+            if world.has_rendezvous_store
+            else None
+        )
         secrets = [secret for secret in (self.hf_token, self.secret_env) if secret]
         pods_need = [self.storage, self.rendezvous, self.guardrails, *secrets]
         self.trainer = Trainer(world.workload_name, TrainerArgs(world=world, pod_template=template), opts=inside(*pods_need))
@@ -89,6 +97,7 @@ class DdpTrainingStack(Component):
             "workloadKind": world.workload_kind,
             "workloadName": self.trainer.workload.metadata["name"],  # type: ignore[attr-defined]
             "masterAddress": world.master_addr,
+            "rendezvousEndpoint": world.rdzv_endpoint,
             "nodes": world.nnodes,
             "procsPerNode": world.nproc_per_node,
             "worldSize": world.world_size,

@@ -79,8 +79,15 @@ class RendezvousConfig(Model):
     port: int = Field(29500, ge=1024, le=65535, description="Rendezvous / TCPStore port on pod 0.")
     backend: Literal[contract.RDZV_BACKENDS] = Field("c10d", description="torchrun rendezvous backend.")  # type: ignore[valid-type]
     endpoint: Optional[Annotated[str, AfterValidator(pattern(r"[A-Za-z0-9.-]+:[0-9]{1,5}", "host:port"))]] = Field(
-        None, description="host:port of an etcd for etcd-v2 (other backends use pod 0)."
+        None, description="host:port of an etcd for etcd-v2 (c10d uses `store`, static pod 0)."
     )
+    store: Literal["own-pod", "pod-0"] = Field(
+        "own-pod",
+        description="Where the c10d store runs. own-pod: a Deployment of one small pod (<workload>-rdzv-store, its Service "
+        "and a NetworkPolicy admitting only the world's pods), so losing any training pod, pod 0 included, leaves the "
+        "rendezvous standing and its replacement joins it. pod-0: on pod 0's torchrun, no extra pod; losing pod 0 breaks "
+        "up the world until its replacement is back.",
+    )  # fmt: skip
     join_timeout_seconds: int = Field(1800, ge=30, le=86400, description="Seconds to wait for the whole world.")
     read_timeout_seconds: int = Field(120, ge=10, le=3600, description="c10d store read timeout.")
     last_call_timeout_seconds: int = Field(30, ge=1, le=3600, description="Wait for late joiners.")
@@ -101,5 +108,7 @@ class RendezvousConfig(Model):
         if self.backend == "etcd-v2" and self.endpoint is None:
             raise field_problem(("endpoint",), "host:port of an etcd with the v2 API when backend is etcd-v2", None)
         if self.backend != "etcd-v2" and self.endpoint is not None:
-            raise field_problem(("endpoint",), "unset unless backend is etcd-v2 (the store is on pod 0)", self.endpoint)
+            raise field_problem(("endpoint",), "unset unless backend is etcd-v2 (c10d's store is set by `store`)", self.endpoint)
+        if self.backend != "c10d" and "store" in self.model_fields_set:
+            raise field_problem(("store",), f"unset unless backend is c10d ({self.backend} keeps its own store)", self.store)
         return self

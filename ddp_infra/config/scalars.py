@@ -108,7 +108,8 @@ DnsSubdomain = Annotated[
 ]
 # The workload's Service is <name>-rdzv, and a Service's name is a DNS-1035 label: it starts with
 # a letter. StatefulSet pods are named <name>-<ordinal> and get a controller-revision-hash label
-# <name>-<10 chars>, which must stay a 63-character label value: hence 52.
+# <name>-<10 chars>, and the rendezvous store's pod a label <name>-rdzv-store, each of which must
+# stay a 63-character label value: hence 52.
 WorkloadName = Annotated[
     str,
     AfterValidator(

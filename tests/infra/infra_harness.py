@@ -120,6 +120,10 @@ class Evaluation:
         assert len(found) == 1, f"expected one {type_}, got {[r.name for r in found]}"
         return found[0]
 
+    def named(self, type_: str, name: str) -> Registered:
+        (found,) = [r for r in self.of_type(type_) if r.name == name]
+        return found
+
     def provider(self, name: str = "k8s") -> Registered:
         """The explicit Kubernetes provider of that name (k8s: the stack's; k8s-retained: the retained
         objects'; k8s-namespace: a namespace's that is not retained, in render mode)."""

@@ -39,11 +39,9 @@ BELOW_A_MILLICORE = "the kubelet counts CPU in millicores: a smaller unit than m
 FRACTION_OF_A_BYTE = "a fraction of a byte"
 UNSET_IS_THE_DEFAULT = "an empty name is no name: leave the key unset"
 PROGRAM_BOUND = "the program's bound"
-PROGRAM_LABEL = "a label the program sets and selects on"
 PROGRAM_PATH = "it mounts over one of the program's paths"
 SHELL_NAME = "a name a shell and torchrun can pass on: letters, digits, '_'"
 JOB_LABEL = "a label of the Job controller's, refused whatever the kind so a stack keeps its labels across kinds"
-STATEFULSET_LABEL = "a StatefulSet's pods carry a label <name>-<10 characters>, at most 63"
 IN_A_POD = "the API server refuses it in a pod, not in a pod template: the workload's pods would never be created"
 TRIMMED = "spaces around a quantity, which Kubernetes trims: write it without them"
 READ_AS_ZERO = "Kubernetes reads it as 0"
@@ -103,6 +101,7 @@ KEYS = {
     "network.ncclDebug": Key(),
     "rendezvous.port": Key(31337),
     "rendezvous.backend": Key(),
+    "rendezvous.store": Key(),
     "rendezvous.endpoint": Key(None, context(rendezvous__backend="etcd-v2")),
     "rendezvous.joinTimeoutSeconds": Key(),
     "rendezvous.readTimeoutSeconds": Key(),
@@ -262,6 +261,8 @@ CANDIDATES: list[Candidate] = [
     *each("rendezvous.port", ["80", "1023"], "a port below 1024 needs root, and the trainer runs as a user"),
     *each("rendezvous.backend", ["static", "c10d"]),
     *each("rendezvous.backend", ["zmq", "C10D"]),
+    *each("rendezvous.store", ["own-pod", "pod-0"]),
+    *each("rendezvous.store", ["pod0", "own_pod", ""]),
     *each("rendezvous.endpoint", ["etcd:2379", "10.0.0.1:2379", "etcd.infra.svc:65535"]),
     *each("rendezvous.endpoint", ["etcd", "etcd:port", ":2379", "http://etcd:2379"]),
     *each("rendezvous.joinTimeoutSeconds", ["30", "86400"]),
@@ -283,7 +284,8 @@ CANDIDATES: list[Candidate] = [
     *each("run.args", [["-m", "trainer.train", ""], ["ünïcödé", "--lr", "3e-3"], ["$(NNODES)"]]),
     *each("run.args", [[]]),
     *each("workload.name", ["w" * 52, "t", "a-1"]),
-    *each("workload.name", ["w" * 53], STATEFULSET_LABEL),
+    # 52 keeps a StatefulSet pod's controller-revision-hash label and the store's <name>-rdzv-store in 63
+    *each("workload.name", ["w" * 53]),
     *each("workload.name", ["Trainer", "7b-run", "trainer-", "-trainer", "tr.ainer", "tr_ainer", "", "ünï"]),
     *each("workload.terminationGracePeriodSeconds", ["0", "3600"]),
     *each("workload.terminationGracePeriodSeconds", ["-1", "x"]),
@@ -346,7 +348,10 @@ CANDIDATES: list[Candidate] = [
     *each("scheduling.gang.workloadPriorityClass", [""], UNSET_IS_THE_DEFAULT),
     *label_keys("labels"),
     *label_values("labels"),
-    *[Candidate("labels", {name: "x"}, PROGRAM_LABEL) for name in ["app.kubernetes.io/name", "app.kubernetes.io/instance"]],
+    # The program's own labels, which its selectors pick its pods by. Not tried on the API server: put
+    # in place of the stand-in, the key would stand twice in one object, and which value wins depends
+    # on the order the engine records the labels in.
+    *[Candidate("labels", {name: "x"}, stand_in=NOT_TRIED) for name in ["app.kubernetes.io/name", "app.kubernetes.io/instance"]],
     *[Candidate("labels", {name: "x"}) for name in ["controller-uid", "job-name", "batch.kubernetes.io/controller-uid",
                                                      "batch.kubernetes.io/job-name"]],
     *[Candidate("labels", {name: "0"}, JOB_LABEL) for name in ["batch.kubernetes.io/job-completion-index"]],

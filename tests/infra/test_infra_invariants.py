@@ -93,7 +93,7 @@ def test_workload_runs_one_pod_per_node(evaluation, stack, nodes, kind):
 
 @pulumi.runtime.test
 def test_headless_service_selects_the_pods_and_names_the_workload(evaluation, kind):
-    service = evaluation.one(SERVICE).manifest
+    service = headless_service(evaluation).manifest
     workload = evaluation.workload.manifest
     selector = service["spec"]["selector"]
     assert service["spec"]["clusterIP"] == "None"
@@ -109,10 +109,12 @@ def test_headless_service_selects_the_pods_and_names_the_workload(evaluation, ki
         network = workload["spec"]["network"]
         assert network == {"enableDNSHostnames": True, "subdomain": service["metadata"]["name"], "publishNotReadyAddresses": True}
     assert selector and selector.items() <= pod_labels.items()
-    for other in ("kubernetes:networking.k8s.io/v1:NetworkPolicy", "kubernetes:policy/v1:PodDisruptionBudget"):
-        manifest = evaluation.one(other).manifest
-        key = "podSelector" if "NetworkPolicy" in other else "selector"
-        assert manifest["spec"][key]["matchLabels"] == selector
+    policy = evaluation.named("kubernetes:networking.k8s.io/v1:NetworkPolicy", "guardrails-netpol").manifest
+    assert policy["spec"]["podSelector"]["matchLabels"] == selector
+    assert evaluation.one("kubernetes:policy/v1:PodDisruptionBudget").manifest["spec"]["selector"]["matchLabels"] == selector
+    # the store's pod is none of the world's pods, whose Service, budget and policy select by these labels
+    store_pod = evaluation.named("kubernetes:apps/v1:Deployment", "rendezvous-store").manifest["spec"]["template"]
+    assert not selector.items() <= store_pod["metadata"]["labels"].items()
 
 
 @pulumi.runtime.test
@@ -137,7 +139,7 @@ def test_a_stack_can_refuse_every_voluntary_eviction():
 def test_env_carries_the_contract_with_one_shape(evaluation, stack, nodes, kind):
     env = env_of(evaluation)
     workload = evaluation.workload.manifest["metadata"]
-    service = evaluation.one(SERVICE).manifest["metadata"]
+    service = headless_service(evaluation).manifest["metadata"]
     procs = expected_procs(stack)
 
     assert set(contract.REQUIRED) <= env.keys()
@@ -151,7 +153,9 @@ def test_env_carries_the_contract_with_one_shape(evaluation, stack, nodes, kind)
     master = f"{pod0}.{service['name']}"
     assert env["MASTER_ADDR"]["value"] == master
     assert env["MASTER_PORT"]["value"] == str(service_port(evaluation))
-    assert env["PET_RDZV_ENDPOINT"]["value"] == env["RDZV_ENDPOINT"]["value"] == f"{master}:{service_port(evaluation)}"
+    # the c10d store in a pod of its own (the default), behind its Service
+    store = evaluation.named(SERVICE, "rendezvous-store").manifest["metadata"]["name"]
+    assert env["PET_RDZV_ENDPOINT"]["value"] == env["RDZV_ENDPOINT"]["value"] == f"{store}:{service_port(evaluation)}"
     # tied to the world's shape: pods of a world of another size never meet this one's rendezvous
     assert env["RDZV_ID"]["value"] == f"ddp-infra-{stack}-{workload['name']}-{nodes}x{procs}"
     rank_path = {
@@ -180,8 +184,12 @@ def test_torchrun_mirrors_equal_what_they_mirror(evaluation):
         assert defined[mirror] in (original_value, f"$({original})"), mirror
 
 
+def headless_service(evaluation: harness.Evaluation) -> harness.Registered:
+    return evaluation.named(SERVICE, "rendezvous")
+
+
 def service_port(evaluation: harness.Evaluation) -> int:
-    (port,) = evaluation.one(SERVICE).manifest["spec"]["ports"]
+    (port,) = headless_service(evaluation).manifest["spec"]["ports"]
     assert port["port"] == port["targetPort"]
     return port["port"]
 
@@ -295,9 +303,11 @@ def test_every_manifest_is_valid_kubernetes(evaluation):
 
 @pulumi.runtime.test
 def test_pods_start_only_after_what_they_mount_and_join(evaluation):
-    needed = [SERVICE, PVC, "kubernetes:core/v1:ServiceAccount"]
-    urns = {r.urn for r in evaluation.registered if r.type in needed}
-    assert urns and urns <= set(evaluation.workload.dependencies)
+    needed = [headless_service(evaluation), *evaluation.of_type(PVC), evaluation.one("kubernetes:core/v1:ServiceAccount")]
+    assert {r.urn for r in needed} <= set(evaluation.workload.dependencies)
+    # the store's pod starts beside the world's, whose preflight waits for it
+    store = evaluation.named("kubernetes:apps/v1:Deployment", "rendezvous-store")
+    assert store.urn not in evaluation.workload.dependencies
 
 
 # --- what must not change with nodes --------------------------------------------------------------
