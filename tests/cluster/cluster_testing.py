@@ -31,6 +31,7 @@ NAMESPACE = DEV["namespace"]["name"]
 RUN = DEV["run"]["name"]
 WORKLOAD = "trainer"
 SERVICE = f"{WORKLOAD}-rdzv"
+STORE = f"{WORKLOAD}-rdzv-store"  # the rendezvous store's Deployment, Service and NetworkPolicy
 NODES = int(DEV["nodes"])
 MASTER = f"{WORKLOAD}-0.{SERVICE}"
 TEST_DOMAIN = "ddp-infra.test"  # the test cluster's domain

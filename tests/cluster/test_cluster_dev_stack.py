@@ -12,7 +12,7 @@ import time
 import pytest
 
 from cluster_testing import (
-    LONG_RUN, MASTER, NAMESPACE, NODES, SERVICE, WORKLOAD, LogStream, all_logs, exec_python, get, job_condition,
+    LONG_RUN, MASTER, NAMESPACE, NODES, SERVICE, STORE, WORKLOAD, LogStream, all_logs, exec_python, get, job_condition,
     node_cpu, pod_name, pods, run_dir, running, wait_for, wait_for_world, world_pods,
 )  # fmt: skip
 from trainer_testing import done_lines, epoch_records
@@ -57,9 +57,12 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
     assert status[:1] == ["kubectl"]
     assert "Complete" in cluster.kubectl(*status[1:]).stdout
 
-    # The pods ended and hold nothing: a pod asking for the node's whole CPU is scheduled.
+    # The pods ended and hold nothing: a pod asking for the node's whole CPU is scheduled. The
+    # rendezvous store's pod stays, idle, asking for memory only.
     finished = pods(cluster, NAMESPACE)
-    assert {pod["status"]["phase"] for pod in finished.values()} == {"Succeeded"}, finished.keys()
+    store = {name for name, pod in finished.items() if pod["metadata"]["labels"].get("app.kubernetes.io/instance") == STORE}
+    assert len(store) == 1 and {finished[name]["status"]["phase"] for name in store} == {"Running"}, finished.keys()
+    assert {pod["status"]["phase"] for name, pod in finished.items() if name not in store} == {"Succeeded"}, finished.keys()
     greedy = _pause_pod("cpu-taker", cluster.images["pause"], {"app": "cpu-taker"}, cpu=node_cpu(cluster))
     cluster.kubectl("apply", "-f", "-", input=json.dumps(greedy))
     wait_for(lambda: running(get(cluster, "pod", "cpu-taker", NAMESPACE)), 120, "a pod using the freed CPU to run")
@@ -155,21 +158,31 @@ def _connect(cluster, pod: str, address: str, ports: list[int]) -> dict[int, str
     return {int(port): result for port, result in json.loads(out).items()}
 
 
-def _the_network_policy_admits_only_the_world(cluster, names: dict[int, str], documents: list[dict]) -> None:
+def _document(documents: list[dict], kind: str, name: str) -> dict:
+    return next(d for d in documents if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+def _the_network_policies_admit_only_the_world(cluster, names: dict[int, str], documents: list[dict]) -> None:
     """While the world trains, a pod of the namespace outside the world reaches none of pod 0's
-    listening ports (the rendezvous store's and Gloo's), which pod 1 reaches; with the policy
-    removed, it reaches them. kube-router enforces the policy on this cluster."""
+    listening ports (Gloo's, the workers' store), which pod 1 reaches, nor the rendezvous store's
+    pod, at its address or its Service's, which pod 1 reaches too; with a policy removed, it
+    reaches what that policy kept it from. kube-router enforces the policies on this cluster."""
     pod0 = get(cluster, "pod", names[0], NAMESPACE)
     address = pod0["status"]["podIP"]
-    rendezvous = next(d for d in documents if d["kind"] == "Service")["spec"]["ports"][0]["port"]
+    store_service = _document(documents, "Service", STORE)
+    port = store_service["spec"]["ports"][0]["port"]
+    store_ip = get(cluster, "service", STORE, NAMESPACE)["spec"]["clusterIP"]
+    (store_pod,) = [p for p in pods(cluster, NAMESPACE).values() if p["metadata"]["labels"].get("app.kubernetes.io/instance") == STORE]
+    store_address = store_pod["status"]["podIP"]
 
     def listening() -> list[int]:
-        return [int(port) for port in exec_python(cluster, NAMESPACE, names[0], LISTENING).split()]
+        return [int(found) for found in exec_python(cluster, NAMESPACE, names[0], LISTENING).split()]
 
-    # the store's port, then Gloo's listeners once the process group has formed
-    ports = wait_for(lambda: found if len(found := listening()) > 1 else None, 180, "pod 0's Gloo listeners", interval=2)
-    assert rendezvous in ports, ports
-    assert _connect(cluster, names[1], address, [rendezvous]) == {rendezvous: "open"}
+    # pod 0 hosts no rendezvous store: what it listens on is the process group's (Gloo's, the workers' store)
+    ports = wait_for(lambda: found if (found := listening()) else None, 180, "pod 0's process group listeners", interval=2)
+    assert port not in ports, ports
+    assert "open" in _connect(cluster, names[1], address, ports).values()
+    assert _connect(cluster, names[1], store_ip, [port]) == {port: "open"}
 
     image = pod0["spec"]["containers"][0]["image"]
     outsider = _pause_pod("outsider", image, {"app": "outsider"})
@@ -178,16 +191,18 @@ def _the_network_policy_admits_only_the_world(cluster, names: dict[int, str], do
     outsider["spec"]["containers"][0]["resources"]["limits"]["memory"] = "128Mi"
     cluster.kubectl("apply", "-f", "-", input=json.dumps(outsider))
     wait_for(lambda: running(get(cluster, "pod", "outsider", NAMESPACE)), 120, "the outsider pod to run")
-    blocked = _connect(cluster, "outsider", address, ports)
+    blocked = {**_connect(cluster, "outsider", address, ports), **_connect(cluster, "outsider", store_address, [port]),
+               "service": _connect(cluster, "outsider", store_ip, [port])[port]}  # fmt: skip
     assert "open" not in blocked.values(), blocked
 
-    policy = next(d for d in documents if d["kind"] == "NetworkPolicy")
-    cluster.kubectl("delete", "networkpolicy", policy["metadata"]["name"], "-n", NAMESPACE)
-    wait_for(lambda: _connect(cluster, "outsider", address, [rendezvous]) == {rendezvous: "open"}, 60,
-             "the outsider to reach the rendezvous port once the policy is gone", interval=2)  # fmt: skip
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(policy))  # the program's own manifest
-    wait_for(lambda: "open" not in _connect(cluster, "outsider", address, [rendezvous]).values(), 60,
-             "the restored policy to block the outsider again", interval=2)  # fmt: skip
+    for policy_name, target, target_port in ((f"{WORKLOAD}-world", address, ports[0]), (STORE, store_address, port)):
+        policy = _document(documents, "NetworkPolicy", policy_name)
+        cluster.kubectl("delete", "networkpolicy", policy_name, "-n", NAMESPACE)
+        wait_for(lambda: _connect(cluster, "outsider", target, [target_port]) == {target_port: "open"}, 60,
+                 f"the outsider to reach {target}:{target_port} once {policy_name} is gone", interval=2)  # fmt: skip
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(policy))  # the program's own manifest
+        wait_for(lambda: "open" not in _connect(cluster, "outsider", target, [target_port]).values(), 60,
+                 f"the restored {policy_name} to block the outsider again", interval=2)  # fmt: skip
     cluster.kubectl("delete", "pod", "outsider", "-n", NAMESPACE, "--wait=true", "--grace-period=1")
 
 
@@ -222,7 +237,7 @@ except socket.gaierror as error:
 
     # publishNotReadyAddresses: a pod of the world that is not Ready (a readiness gate nobody
     # sets) has its DNS name all the same, which is what lets a world form before any pod is Ready.
-    selector = next(d for d in documents if d["kind"] == "Service")["spec"]["selector"]
+    selector = _document(documents, "Service", SERVICE)["spec"]["selector"]
     cluster.kubectl("apply", "-f", "-", input=json.dumps(_not_ready_pod(cluster.images["pause"], selector)))
     wait_for(lambda: running(get(cluster, "pod", "dns-probe", NAMESPACE)), 120, "the not-ready probe pod to run")
     probe = get(cluster, "pod", "dns-probe", NAMESPACE)
@@ -253,7 +268,7 @@ print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'shm': shm.f_blocks * 
     assert report["data"] is report["out"] is report["tmp"] is True, report
     assert report["shm"] == 512 * 1024**2  # the dev stack's shmSize: 512Mi
 
-    _the_network_policy_admits_only_the_world(cluster, names, documents)
+    _the_network_policies_admit_only_the_world(cluster, names, documents)
 
     # kubectl delete pod: SIGTERM reaches the trainer, which checkpoints before the pod is gone.
     checkpoints = run_dir(cluster) / "checkpoints"

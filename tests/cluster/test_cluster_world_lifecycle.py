@@ -70,10 +70,14 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
 
     if kind == contract.INDEXED_JOB:
         assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
-    else:  # its pods start again once the run ends, and report the finished run
-        # final_done_lines raises until every pod has one, which wait_for takes as not yet
-        wait_for(lambda: len(final_done_lines(cluster)) == 2, 900, "both pods' [DONE] lines", interval=3)
-    finals = final_done_lines(cluster)
+
+    def every_pods_last_done_line() -> list[dict[str, str]] | None:
+        # A StatefulSet's pods start again once the run ends and report the finished run, so a pod's
+        # log can be a new container's, with no line yet: final_done_lines raises, not yet for wait_for.
+        lines = final_done_lines(cluster)
+        return lines if len(lines) == 2 else None
+
+    finals = wait_for(every_pods_last_done_line, 900, "both pods' [DONE] lines", interval=3)
     assert sorted(line["rank"] for line in finals) == ["0", "1"]
     # The same final loss and weights as a world that was never disrupted: the resumes were exact.
     assert [same_result(line) for line in finals] == [expected.result()] * 2

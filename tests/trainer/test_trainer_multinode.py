@@ -372,3 +372,21 @@ def test_losing_the_store_apart_and_restarting_it_re_joins_both_pods_to_a_world_
     resumed = resumed_lines(first.text() + second.text())
     assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, first.text()[-4000:]
     assert_both_ranks_end_with((first, second), expected)
+
+
+@pytest.mark.timeout(300)
+def test_a_world_that_starts_after_one_has_ended_at_the_same_store_trains(spawn, tmp_path):
+    """torchrun closes its rendezvous when a world ends. The store apart outlives the world, so the
+    next world of the same id (the Job replaced for one more epoch, a StatefulSet's pods started
+    again) would meet that closed rendezvous; it gets one of its own and trains."""
+    store_port, port = free_port(), free_port()
+    start_store(spawn, store_port)
+    for epochs, name in (("1", "first"), ("2", "second")):
+        args = [*SMOKE_ARGS, "--epochs", epochs]
+        pods = [start_pod(spawn, f"ddp-{i}", port, tmp_path, args, **store_at(store_port)) for i in (0, 1)]
+        for pod in pods:
+            assert pod.wait(180) == 0, f"the {name} world: {pod.text()[-3000:]}"
+        assert sorted(line["rank"] for line in results_of(*pods)) == ["0", "1"], name
+        assert {line["epochs"] for line in results_of(*pods)} == {epochs}, name
+        moved = [pod for pod in pods if "[DDP] rendezvous test-run is closed (a world of it ended): this world's is test-run.1" in pod.text()]
+        assert len(moved) == (2 if name == "second" else 0), name
