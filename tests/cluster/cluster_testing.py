@@ -149,9 +149,15 @@ def node_cpu(cluster: LocalCluster) -> str:
     return node["status"]["allocatable"]["cpu"]
 
 
-def pods(cluster: LocalCluster, namespace: str) -> dict[str, dict[str, Any]]:
+def pods(cluster: LocalCluster, namespace: str, store: bool = False) -> dict[str, dict[str, Any]]:
+    """The namespace's pods by name: the world's and the tests' own, and with `store` the
+    rendezvous store's too (a Deployment's pod, which runs beside the world and outlives it)."""
     items = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
-    return {pod["metadata"]["name"]: pod for pod in items}
+    return {pod["metadata"]["name"]: pod for pod in items if store or not is_store_pod(pod)}
+
+
+def is_store_pod(pod: dict[str, Any]) -> bool:
+    return pod["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == STORE
 
 
 def running(pod: dict[str, Any]) -> bool:

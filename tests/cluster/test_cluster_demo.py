@@ -86,7 +86,7 @@ def test_the_demo_trains_the_dev_world_through_pulumi_up_resizes_it_and_removes_
     assert not followers, "a `kubectl logs -f` of the demo's cluster outlived the demo"
 
     # What the user saw: pulumi up, progress per epoch, the resize as one re-form, the result.
-    assert re.search(r"\+ 1\d created", output), output[:4000]
+    assert re.search(r"\+ 2\d created", output), output[:4000]
     bars = [row for row in output.splitlines() if re.match(r"epoch \d+/\d+ \S+ \d+/\d+ steps · [\d,]+ samples/s · loss \d", row)]
     assert {int(row.split()[1].split("/")[0]) for row in bars} == set(range(1, EPOCHS + 1)), output[-6000:]
     assert any("ETA 0:" in row for row in bars)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from cluster_testing import (
-    LONG_RUN, MASTER, NAMESPACE, NODES, SERVICE, STORE, WORKLOAD, LogStream, all_logs, exec_python, get, job_condition,
+    LONG_RUN, MASTER, NAMESPACE, NODES, SERVICE, STORE, WORKLOAD, LogStream, all_logs, exec_python, get, is_store_pod, job_condition,
     node_cpu, pod_name, pods, run_dir, running, wait_for, wait_for_world, world_pods,
 )  # fmt: skip
 from trainer_testing import done_lines, epoch_records
@@ -60,9 +60,9 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
     # The pods ended and hold nothing: a pod asking for the node's whole CPU is scheduled. The
     # rendezvous store's pod stays, idle, asking for memory only.
     finished = pods(cluster, NAMESPACE)
-    store = {name for name, pod in finished.items() if pod["metadata"]["labels"].get("app.kubernetes.io/instance") == STORE}
-    assert len(store) == 1 and {finished[name]["status"]["phase"] for name in store} == {"Running"}, finished.keys()
-    assert {pod["status"]["phase"] for name, pod in finished.items() if name not in store} == {"Succeeded"}, finished.keys()
+    assert {pod["status"]["phase"] for pod in finished.values()} == {"Succeeded"}, finished.keys()
+    (store,) = [pod for pod in pods(cluster, NAMESPACE, store=True).values() if is_store_pod(pod)]
+    assert store["status"]["phase"] == "Running" and "cpu" not in store["spec"]["containers"][0]["resources"]["requests"]
     greedy = _pause_pod("cpu-taker", cluster.images["pause"], {"app": "cpu-taker"}, cpu=node_cpu(cluster))
     cluster.kubectl("apply", "-f", "-", input=json.dumps(greedy))
     wait_for(lambda: running(get(cluster, "pod", "cpu-taker", NAMESPACE)), 120, "a pod using the freed CPU to run")
@@ -172,7 +172,7 @@ def _the_network_policies_admit_only_the_world(cluster, names: dict[int, str], d
     store_service = _document(documents, "Service", STORE)
     port = store_service["spec"]["ports"][0]["port"]
     store_ip = get(cluster, "service", STORE, NAMESPACE)["spec"]["clusterIP"]
-    (store_pod,) = [p for p in pods(cluster, NAMESPACE).values() if p["metadata"]["labels"].get("app.kubernetes.io/instance") == STORE]
+    (store_pod,) = [pod for pod in pods(cluster, NAMESPACE, store=True).values() if is_store_pod(pod)]
     store_address = store_pod["status"]["podIP"]
 
     def listening() -> list[int]:

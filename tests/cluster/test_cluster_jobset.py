@@ -17,7 +17,7 @@ import pytest
 from trainer_testing import done_lines, epoch_records, same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, WORKLOAD, all_logs, final_done_lines, get, kill_container,
+    CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, STORE, WORKLOAD, all_logs, final_done_lines, get, kill_container,
     newest_checkpoint, pod_resumed_lines, resumed_step, run_dir, wait_for, world_pods, world_running,
 )  # fmt: skip
 from trainer import contract
@@ -71,13 +71,13 @@ def test_the_controller_runs_the_stacks_jobset_as_the_env_contract_says(controll
         assert env[contract.MASTER_ADDR.name] == f"{job}-0.{SERVICE}"
         assert env[contract.WORKLOAD_KIND.name] == contract.JOBSET
     # The stack's Service selects them and publishes pod 0's hostname, the name MASTER_ADDR resolves;
-    # JobSet made no Service of its own.
+    # JobSet made no Service of its own: the stack's two are all there are.
     slices = json.loads(cluster.kubectl("get", "endpointslices", "-n", NAMESPACE, "-l", f"kubernetes.io/service-name={SERVICE}",
                                         "-o", "json").stdout)["items"]  # fmt: skip
     hostnames = {endpoint.get("hostname") for s in slices for endpoint in s.get("endpoints") or []}
     assert hostnames == {f"{job}-0", f"{job}-1"}, hostnames
     services = json.loads(cluster.kubectl("get", "services", "-n", NAMESPACE, "-o", "json").stdout)["items"]
-    assert [s["metadata"]["name"] for s in services] == [SERVICE]
+    assert [s["metadata"]["name"] for s in services] == [SERVICE, STORE]
 
     # One pod killed: its Job fails at once and JobSet recreates the whole world.
     old = world_uids(cluster)

@@ -37,9 +37,9 @@ def caution(markdown: str) -> str:
 def test_scaling_replaces_the_job_and_updates_its_budget_with_the_values_that_change():
     preview, markdown = comment(recorded("dev-nodes-2-to-64"), "dev")
     assert markdown.startswith("<!-- ddp-infra-preview:dev -->\n")
-    assert preview.changes == {"update": 1, "replace": 1, "same": 15, "read": 1}
+    assert preview.changes == {"update": 1, "replace": 1, "same": 19, "read": 1}
     # the read of the stack's last outputs (ddp_infra.claim_changes) changes nothing: not counted
-    assert "**create 0 · update 1 · replace 1 · delete 0 · same 15**" in markdown
+    assert "**create 0 · update 1 · replace 1 · delete 0 · same 19**" in markdown
     assert preview.destroyed == [preview_diff.Destroyed("replace", "kubernetes:batch/v1:Job trainer", False, False, False)]
     assert "> - `kubernetes:batch/v1:Job trainer`: replace" in caution(markdown) and "hold data" not in caution(markdown)
     assert re.search(r"^- \+-kubernetes:batch/v1:Job trainer: \(replace\)$", markdown, re.M), markdown

@@ -82,3 +82,10 @@ def test_a_store_placement_for_another_backend_is_refused_before_anything_is_reg
     message = str(evaluation.error)
     assert "rendezvous.store" in message and "'own-pod'" in message and "unset unless backend is c10d" in message
     assert evaluation.registered == []
+
+
+def test_up_waits_for_the_stores_controller_not_for_its_pod():
+    """A store whose pod cannot start (an image the node cannot pull) must not hold `pulumi up` for
+    the provider's 10-minute rollout await: the world's pods say why they wait for it."""
+    metadata = evaluated("dev", 2).named(DEPLOYMENT, "rendezvous-store").manifest["metadata"]
+    assert metadata["annotations"]["pulumi.com/waitFor"] == "jsonpath={.status.observedGeneration}"

@@ -203,14 +203,16 @@ def test_losing_pod_0_and_its_store_re_forms_the_world_around_its_replacement(sp
     assert_both_ranks_end_with((replacement, second), expected)
 
 
+def command(pid: int) -> list[str]:
+    """A process's command line ([] once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return []
+
+
 def agents_started_ahead(pod_pid: int) -> list[int]:
     """The torchruns under a pod's entrypoint that wait to start, each with its fork server below it."""
-    def command(pid: int) -> list[str]:
-        try:
-            return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-        except OSError:
-            return []
-
     waiting = [pid for pid in descendants(pod_pid) if "trainer.pod.agent" in command(pid) and "--await-start" in command(pid)]
     return [pid for pid in waiting if any("multiprocessing.forkserver" in " ".join(command(below)) for below in descendants(pid))]
 
@@ -316,12 +318,6 @@ def store_at(port: int) -> dict[str, str]:
 
 def torchruns_of(pod_pid: int) -> list[int]:
     """The torchrun agents under a pod's entrypoint (one, unless one is started ahead)."""
-    def command(pid: int) -> list[str]:
-        try:
-            return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-        except OSError:
-            return []
-
     return [pid for pid in descendants(pod_pid) if command(pid)[1:3] == ["-m", "trainer.pod.agent"]]
 
 
