@@ -27,22 +27,25 @@ from .world import World
 
 COMPONENT = "rendezvous-store"
 CONTAINER = "store"
-# What `pulumi up` waits for: the Deployment's controller has taken it, not its pod Ready. The
-# provider's own await (the rollout) would hold `up` for 10 minutes on a store that cannot start
-# (an image the node cannot pull), where the world's pods say why they wait for it.
+# What `pulumi up` waits for: the Deployment's controller has taken it, and the Service has its
+# cluster IP, not the pod Ready. The provider's own awaits (the rollout; a Service's endpoints)
+# would hold `up` for 10 minutes on a store that cannot start (an image the node cannot pull),
+# where the world's pods say why they wait for it.
 ACCEPTED = "jsonpath={.status.observedGeneration}"
+ADDRESSED = "jsonpath={.spec.clusterIP}"
 # Measured: 528 MiB of RSS, nearly all of it torch's libraries (torch 2.15, an idle store).
 MEMORY_REQUEST, MEMORY_LIMIT = "640Mi", "1Gi"
 
 
-def _metadata(world: World, component: str) -> dict[str, Any]:
+def _metadata(world: World, component: str, wait_for: str | None = None) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "name": world.rendezvous_store_name,
         "namespace": world.namespace,
         "labels": world.labels(component, world.rendezvous_store_selector),
     }
-    if world.extra_annotations:
-        metadata["annotations"] = dict(world.extra_annotations)
+    annotations = {**world.extra_annotations, **({WAIT_FOR_ANNOTATION: wait_for} if wait_for else {})}
+    if annotations:
+        metadata["annotations"] = annotations
     return metadata
 
 
@@ -71,12 +74,10 @@ def deployment_manifest(world: World) -> dict[str, Any]:
     template_metadata: dict[str, Any] = {"labels": world.labels(COMPONENT, world.rendezvous_store_selector)}
     if world.extra_annotations:
         template_metadata["annotations"] = dict(world.extra_annotations)
-    metadata = _metadata(world, COMPONENT)
-    metadata["annotations"] = {**metadata.get("annotations", {}), WAIT_FOR_ANNOTATION: ACCEPTED}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata,
+        "metadata": _metadata(world, COMPONENT, ACCEPTED),
         "spec": {
             "replicas": 1,
             "strategy": {"type": "Recreate"},  # never two stores: a pod could join the wrong one
@@ -91,7 +92,7 @@ def service_manifest(world: World) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(world, COMPONENT),
+        "metadata": _metadata(world, COMPONENT, ADDRESSED),
         "spec": {
             "selector": world.rendezvous_store_selector,
             "ports": [{"name": RENDEZVOUS_PORT_NAME, "port": world.rendezvous_port,

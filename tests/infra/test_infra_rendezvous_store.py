@@ -84,8 +84,10 @@ def test_a_store_placement_for_another_backend_is_refused_before_anything_is_reg
     assert evaluation.registered == []
 
 
-def test_up_waits_for_the_stores_controller_not_for_its_pod():
+def test_up_waits_for_the_stores_controller_and_address_not_for_its_pod():
     """A store whose pod cannot start (an image the node cannot pull) must not hold `pulumi up` for
-    the provider's 10-minute rollout await: the world's pods say why they wait for it."""
-    metadata = evaluated("dev", 2).named(DEPLOYMENT, "rendezvous-store").manifest["metadata"]
-    assert metadata["annotations"]["pulumi.com/waitFor"] == "jsonpath={.status.observedGeneration}"
+    the provider's 10-minute awaits (a Deployment's rollout, a Service's endpoints): the world's
+    pods say why they wait for it."""
+    evaluation = evaluated("dev", 2)
+    for type_, condition in ((DEPLOYMENT, "jsonpath={.status.observedGeneration}"), (SERVICE, "jsonpath={.spec.clusterIP}")):
+        assert evaluation.named(type_, "rendezvous-store").manifest["metadata"]["annotations"]["pulumi.com/waitFor"] == condition
