@@ -29,7 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "trainer")]
 from report import print_table  # noqa: E402  bench/report.py: the scripts run with bench/ on sys.path
-from trainer_testing import LONG_ARGS, Proc, clean_env, entrypoint_command, free_port, kill_tree, pod_env  # noqa: E402
+from trainer_testing import (  # noqa: E402
+    LONG_ARGS, Proc, clean_env, entrypoint_command, free_port, kill_tree, pod_env, store_at, store_command,
+)  # fmt: skip
 
 from trainer import contract as c  # noqa: E402
 
@@ -47,7 +49,7 @@ RESTARTS = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
 
 def start(name: str, port: int, out: Path, setup: str, store_port: int | None) -> Proc:
     keep_alive, options, _ = SETUPS[setup]
-    store = {} if store_port is None else {c.RDZV_ENDPOINT.name: f"127.0.0.1:{store_port}", c.PET_RDZV_ENDPOINT.name: f"127.0.0.1:{store_port}"}
+    store = {} if store_port is None else store_at(store_port)
     env = clean_env(**pod_env(name, port, **RESTARTS, **{c.RDZV_KEEP_ALIVE_INTERVAL.name: str(keep_alive)}, **store), OUT_DIR=str(out))
     return launch(entrypoint_command([*options, *LONG_ARGS]), env, out / f"{name}-{time.monotonic_ns()}.log")
 
@@ -62,22 +64,19 @@ def one_loss(lost_index: int, setup: str) -> dict[str, float]:
     """Seconds from the loss to each mark of the re-formed world, read from the new lines of both logs."""
     out = Path(tempfile.mkdtemp(prefix="bench-reform-"))
     port = free_port()
-    pods = []
     store_port = free_port() if SETUPS[setup][2] else None
-    if store_port is not None:
-        pods.append(launch([sys.executable, "-m", "trainer.pod.rendezvous_store", str(store_port)], clean_env(), out / "store.log"))
-    pods += [start("ddp-0", port, out, setup, store_port), start("ddp-1", port, out, setup, store_port)]
+    stores = [] if store_port is None else [launch(store_command(str(store_port)), clean_env(), out / "store.log")]
+    pods = [start("ddp-0", port, out, setup, store_port), start("ddp-1", port, out, setup, store_port)]
     try:
         checkpoint = out / "run" / "checkpoints" / "ckpt-00000016.json"
         deadline = time.monotonic() + 240
         while not checkpoint.exists():
-            if time.monotonic() > deadline or any(p.ended() for p in pods):
-                raise RuntimeError(f"no checkpoint of step 16: {[p.ended() for p in pods]}")
+            if time.monotonic() > deadline or any(p.ended() for p in stores + pods):
+                raise RuntimeError(f"no checkpoint of step 16: {[p.ended() for p in stores + pods]}")
             time.sleep(0.02)
-        survivor = pods[-2 + 1 - lost_index]
+        survivor, lost = pods[1 - lost_index], pods[lost_index]
         already = len(survivor.text())
         lost_at = time.monotonic()
-        lost = pods[-2 + lost_index]
         kill_tree(lost.pid)
         lost.popen.wait(10)
         replacement = start(f"ddp-{lost_index}", port, out, setup, store_port)
@@ -93,9 +92,9 @@ def one_loss(lost_index: int, setup: str) -> dict[str, float]:
             time.sleep(0.05)
         return seen
     finally:
-        for pod in pods:
-            kill_tree(pod.pid)
-            pod.popen.wait(10)
+        for process in stores + pods:
+            kill_tree(process.pid)
+            process.popen.wait(10)
 
 
 def main() -> None:

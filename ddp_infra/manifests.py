@@ -7,7 +7,7 @@ so nothing about the workload (nodes, image, resources, ...) can ever change a c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from .config import NamespaceConfig, VolumeConfig
 from .pod_security import PRIVILEGED
@@ -52,8 +52,10 @@ def claim_manifest(role: str, volume: VolumeConfig, namespace: str) -> dict[str,
     }
 
 
-def _metadata(world: World, name: str, component: str) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name, "namespace": world.namespace, "labels": world.labels(component)}
+def object_metadata(world: World, name: str, component: str, selector: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """An object of the world's: its name, namespace, labels (`selector` in place of the world's,
+    as World.labels takes it) and the stack's annotations."""
+    metadata: dict[str, Any] = {"name": name, "namespace": world.namespace, "labels": world.labels(component, selector)}
     if world.extra_annotations:
         metadata["annotations"] = dict(world.extra_annotations)
     return metadata
@@ -63,7 +65,7 @@ def rendezvous_service_manifest(world: World) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(world, world.service_name, "rendezvous"),
+        "metadata": object_metadata(world, world.service_name, "rendezvous"),
         "spec": {
             "clusterIP": "None",
             # Pod DNS must exist before pods are Ready, or rendezvous waits on itself.
@@ -84,7 +86,7 @@ def network_policy_manifest(world: World) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _metadata(world, world.network_policy_name, "network-policy"),
+        "metadata": object_metadata(world, world.network_policy_name, "network-policy"),
         "spec": {
             "podSelector": {"matchLabels": world.selector},
             "policyTypes": ["Ingress"],
@@ -109,7 +111,7 @@ def disruption_budget_manifest(world: World) -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _metadata(world, world.disruption_budget_name, "disruption-budget"),
+        "metadata": object_metadata(world, world.disruption_budget_name, "disruption-budget"),
         "spec": {
             "minAvailable": max(0, world.nnodes - world.config.workload.max_unavailable),
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
@@ -122,7 +124,7 @@ def service_account_manifest(world: World) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": _metadata(world, world.service_account_name, CONTAINER_NAME),
+        "metadata": object_metadata(world, world.service_account_name, CONTAINER_NAME),
         "automountServiceAccountToken": False,  # training needs no Kubernetes API access
     }
 
@@ -142,7 +144,7 @@ def _opaque_secret(world: World, name: str, component: str, string_data: dict[st
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(world, name, component),
+        "metadata": object_metadata(world, name, component),
         "type": "Opaque",
         "stringData": string_data,
     }

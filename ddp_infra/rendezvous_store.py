@@ -21,6 +21,7 @@ from typing import Any
 
 from trainer import contract
 
+from .manifests import object_metadata
 from .names import RENDEZVOUS_PORT_NAME, WAIT_FOR_ANNOTATION
 from .pod import container_security_context, image_pull_secrets, node_placement, pod_security_context
 from .world import World
@@ -38,14 +39,9 @@ MEMORY_REQUEST, MEMORY_LIMIT = "640Mi", "1Gi"
 
 
 def _metadata(world: World, component: str, wait_for: str | None = None) -> dict[str, Any]:
-    metadata: dict[str, Any] = {
-        "name": world.rendezvous_store_name,
-        "namespace": world.namespace,
-        "labels": world.labels(component, world.rendezvous_store_selector),
-    }
-    annotations = {**world.extra_annotations, **({WAIT_FOR_ANNOTATION: wait_for} if wait_for else {})}
-    if annotations:
-        metadata["annotations"] = annotations
+    metadata = object_metadata(world, world.rendezvous_store_name, component, world.rendezvous_store_selector)
+    if wait_for:
+        metadata["annotations"] = {**metadata.get("annotations", {}), WAIT_FOR_ANNOTATION: wait_for}
     return metadata
 
 
@@ -71,9 +67,8 @@ def deployment_manifest(world: World) -> dict[str, Any]:
         **node_placement(config),
         **image_pull_secrets(config),
     }
-    template_metadata: dict[str, Any] = {"labels": world.labels(COMPONENT, world.rendezvous_store_selector)}
-    if world.extra_annotations:
-        template_metadata["annotations"] = dict(world.extra_annotations)
+    # the pod's labels and annotations are the Deployment's own, less its wait
+    template_metadata = {key: value for key, value in _metadata(world, COMPONENT).items() if key in ("labels", "annotations")}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from trainer_testing import SMOKE_ARGS, pod_env
+from trainer_testing import SMOKE_ARGS, pod_env, store_apart
 
 from trainer import contract as c
 from trainer.entrypoint import resolve_world, torchrun_argv
@@ -30,11 +30,6 @@ def test_c10d_argv_carries_the_world_and_user_args_verbatim():
         "rdzv-id": "test-run", "max-restarts": "0", "shutdown-timeout": "30", "start-method": "forkserver",
         "rdzv-conf": "join_timeout=60,last_call_timeout=30,close_timeout=30,keep_alive_interval=1,read_timeout=60,is_host=0",
     }  # fmt: skip
-
-
-def store_apart(endpoint: str = "rdzv-store:29400") -> dict[str, str]:
-    """The pod env of a world whose c10d store runs in a process of its own (trainer.pod.rendezvous_store)."""
-    return {c.RDZV_ENDPOINT.name: endpoint, c.PET_RDZV_ENDPOINT.name: endpoint}
 
 
 def test_node_zero_hosts_the_c10d_store():

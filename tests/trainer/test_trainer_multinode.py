@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from waiting import wait_for
 from trainer_testing import (
-    LONG_ARGS, PYTHON, SMOKE_ARGS, clean_env, descendants, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env,
-    resumed_lines, same_result, train_lines, worker_pids,
+    LONG_ARGS, SMOKE_ARGS, clean_env, descendants, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env,
+    resumed_lines, same_result, start_store, store_at, train_lines, worker_pids,
 )
 
 from trainer import contract as c
@@ -305,17 +305,6 @@ def test_a_world_resized_from_2_to_3_goes_on_at_the_exact_sample_and_learning_ra
 
 
 # --- the rendezvous store in a process of its own (trainer.pod.rendezvous_store) ----------------
-def start_store(spawn, port: int, name: str = "store"):
-    store = spawn([PYTHON, "-m", "trainer.pod.rendezvous_store", str(port)], clean_env(), name)
-    store.wait_for(lambda text: f"[RDZV] store listening on port {port}" in text, 60, "the store listening")
-    return store
-
-
-def store_at(port: int) -> dict[str, str]:
-    """The pod env's endpoint of a store apart: another address than MASTER_ADDR:MASTER_PORT."""
-    return {c.RDZV_ENDPOINT.name: f"127.0.0.1:{port}", c.PET_RDZV_ENDPOINT.name: f"127.0.0.1:{port}"}
-
-
 def torchruns_of(pod_pid: int) -> list[int]:
     """The torchrun agents under a pod's entrypoint (one, unless one is started ahead)."""
     return [pid for pid in descendants(pod_pid) if command(pid)[1:3] == ["-m", "trainer.pod.agent"]]

@@ -7,20 +7,11 @@ import subprocess
 from datetime import timedelta
 
 import pytest
-from trainer_testing import PYTHON, REPO, clean_env, free_port
+from trainer_testing import REPO, clean_env, free_port, start_store, store_command
 
 from trainer.pod.preflight import interface_addresses
 
 pytestmark = pytest.mark.timeout(90)
-
-STORE = [PYTHON, "-m", "trainer.pod.rendezvous_store"]
-
-
-def start_store(spawn, port: int, name: str = "store"):
-    store = spawn([*STORE, str(port)], clean_env(), name)
-    store.wait_for(lambda text: f"[RDZV] store listening on port {port}" in text, 60, "the store listening")
-    return store
-
 
 @pytest.mark.parametrize(
     "args, expected",
@@ -34,7 +25,7 @@ def start_store(spawn, port: int, name: str = "store"):
     ],
 )
 def test_a_bad_port_exits_2_naming_the_value_and_what_is_allowed(args, expected):
-    result = subprocess.run([*STORE, *args], env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(store_command(*args), env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result
     assert result.stderr == f"[RDZV] usage: python -m trainer.pod.rendezvous_store <port>: {expected}\n"
     assert result.stdout == ""
@@ -43,7 +34,7 @@ def test_a_bad_port_exits_2_naming_the_value_and_what_is_allowed(args, expected)
 def test_a_taken_port_exits_1_naming_it(spawn):
     port = free_port()
     start_store(spawn, port)
-    result = subprocess.run([*STORE, str(port)], env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(store_command(str(port)), env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1, result
     assert f"[RDZV] cannot listen on port {port}:" in result.stderr and "EADDRINUSE" in result.stderr
 

@@ -134,7 +134,33 @@ def epoch_records(run: Path) -> list[dict]:
 
 def entrypoint_command(args: list[str]) -> list[str]:
     """The container's command (from the contract) and args, run with this interpreter."""
-    return [PYTHON if part == "python" else part for part in c.ENTRYPOINT_COMMAND] + list(args)
+    return _with_this_python(c.ENTRYPOINT_COMMAND) + list(args)
+
+
+def store_command(*args: str) -> list[str]:
+    """The rendezvous store pod's command (from the contract) and args, run with this interpreter."""
+    return _with_this_python(c.RENDEZVOUS_STORE_COMMAND) + list(args)
+
+
+def _with_this_python(command: tuple[str, ...]) -> list[str]:
+    return [PYTHON if part == "python" else part for part in command]
+
+
+def start_store(spawn, port: int, name: str = "store") -> "Proc":
+    """The rendezvous store in a process of its own, once it listens on `port`."""
+    store = spawn(store_command(str(port)), clean_env(), name)
+    store.wait_for(lambda text: f"[RDZV] store listening on port {port}" in text, 60, "the store listening")
+    return store
+
+
+def store_apart(endpoint: str) -> dict[str, str]:
+    """The pod env of a world whose c10d store runs apart: another address than MASTER_ADDR:MASTER_PORT."""
+    return {c.RDZV_ENDPOINT.name: endpoint, c.PET_RDZV_ENDPOINT.name: endpoint}
+
+
+def store_at(port: int) -> dict[str, str]:
+    """store_apart at a store on this machine."""
+    return store_apart(f"127.0.0.1:{port}")
 
 
 def kill_tree(pid: int) -> None:
