@@ -214,7 +214,7 @@ def require_world_fits(world: World) -> None:
     refusals = []
     if not nodes:
         pulumi.log.warn("whether the world fits the cluster is not checked: the cluster has no nodes (yet)")
-    elif problem := fit_problem(ask, world.nnodes, nodes):
+    elif problem := fit_problem(ask, world.min_nodes, nodes):  # an elastic world trains once its minimum runs
         if mode == "warn" or autoscaler:
             grows = f" ({autoscaler} may add nodes)" if autoscaler else ""
             pulumi.log.warn(f"the world may not fit the cluster{grows}: {problem}")
@@ -226,7 +226,7 @@ def require_world_fits(world: World) -> None:
     except (OSError, RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as error:
         pulumi.log.warn(f"whether the world's queue can ever admit it is not checked: {error}; set {key} to off to skip this")
         limit = None
-    if limit and (problem := queue_problem(ask.requests, world.nnodes, limit)):
+    if limit and (problem := queue_problem(ask.requests, world.min_nodes, limit)):
         if mode == "warn":
             pulumi.log.warn(f"the world may wait in its queue for ever: {problem}")
         else:

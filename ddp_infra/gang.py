@@ -59,10 +59,11 @@ def pod_scheduling(world: World) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def pod_group_manifest(world: World, pod_template: dict[str, Any]) -> dict[str, Any]:
-    """Volcano's PodGroup of the world: all `nodes` pods or none, asking for all their requests."""
+    """Volcano's PodGroup of the world: all `nodes` pods or none, asking for all their requests (an
+    elastic world: at least its minimum)."""
     spec: dict[str, Any] = {
-        "minMember": world.nnodes,
-        "minResources": {name: quantity_text(amount * world.nnodes) for name, amount in pod_requests(pod_template).items()},
+        "minMember": world.min_nodes,
+        "minResources": {name: quantity_text(amount * world.min_nodes) for name, amount in pod_requests(pod_template).items()},
     }
     scheduling = world.config.scheduling
     if scheduling.gang.queue:

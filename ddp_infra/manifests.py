@@ -113,11 +113,19 @@ def disruption_budget_manifest(world: World) -> dict[str, Any]:
         "kind": "PodDisruptionBudget",
         "metadata": object_metadata(world, world.disruption_budget_name, "disruption-budget"),
         "spec": {
-            "minAvailable": max(0, world.nnodes - world.config.workload.max_unavailable),
+            "minAvailable": disruption_budget_min_available(world),
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
             "selector": {"matchLabels": world.selector},
         },
     }
+
+
+def disruption_budget_min_available(world: World) -> int:
+    """A fixed world may lose workload.maxUnavailable pods at once (it stops at a checkpoint and
+    re-forms whole); an elastic one as many, and never so many that it falls below its minimum,
+    where it would stop training instead of going on smaller."""
+    lowest = world.min_nodes if world.elastic else 0
+    return max(lowest, world.nnodes - world.config.workload.max_unavailable)
 
 
 def service_account_manifest(world: World) -> dict[str, Any]:

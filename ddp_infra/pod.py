@@ -78,9 +78,9 @@ def pod_env(world: World) -> list[dict[str, Any]]:
     rdzv = config.rendezvous
     endpoint = world.rdzv_endpoint
     sources: dict[str, dict[str, Any]] = {
-        contract.NNODES.name: {"value": str(world.nnodes)},
+        contract.NNODES.name: {"value": world.nnodes_text},
         contract.NPROC_PER_NODE.name: {"value": str(world.nproc_per_node)},
-        contract.WORLD_SIZE.name: {"value": str(world.world_size)},
+        contract.WORLD_SIZE.name: {"value": world.world_size_text},
         contract.NODE_RANK.name: _field_ref(NODE_RANK_FIELD[world.workload_kind]),
         contract.MASTER_ADDR.name: {"value": world.master_addr},
         contract.MASTER_PORT.name: {"value": str(world.rendezvous_port)},

@@ -73,18 +73,33 @@ def job_manifest(world: World, template: dict[str, Any]) -> dict[str, Any]:
         "kind": "Job",
         "metadata": workload_metadata(world),
         "spec": {
-            "completionMode": "Indexed",
-            "completions": world.nnodes,
-            "parallelism": world.nnodes,
-            "backoffLimit": world.config.workload.backoff_limit,
+            **_pods_replaced_one_by_one(world, template),
             "ttlSecondsAfterFinished": world.config.workload.ttl_seconds_after_finished,
-            # A replacement pod starts only once the failed one is gone, so an index is never doubled.
-            "podReplacementPolicy": "Failed",
-            "podFailurePolicy": {"rules": _pod_failure_rules()},
-            "template": template,
             **_suspended(world),
         },
     }
+
+
+def _pods_replaced_one_by_one(world: World, template: dict[str, Any]) -> dict[str, Any]:
+    """An Indexed Job of one pod per node whose lost pods are replaced, each on its own.
+
+    An elastic world's Job ends when any pod succeeds: a pod exits 0 only once the run is done
+    (every rank leaves together, ddp_infra's trainer at its closing barrier), and an index whose
+    pod never started while the world trained smaller must not start a world of its own after it.
+    """
+    spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": world.nnodes,
+        "parallelism": world.nnodes,
+        "backoffLimit": world.config.workload.backoff_limit,
+        # A replacement pod starts only once the failed one is gone, so an index is never doubled.
+        "podReplacementPolicy": "Failed",
+        "podFailurePolicy": {"rules": _pod_failure_rules()},
+        "template": template,
+    }
+    if world.elastic:
+        spec["successPolicy"] = {"rules": [{"succeededCount": 1}]}
+    return spec
 
 
 def _suspended(world: World) -> dict[str, Any]:
@@ -95,7 +110,8 @@ def jobset_manifest(world: World, template: dict[str, Any]) -> dict[str, Any]:
     """A JobSet of one Indexed Job, one pod per node.
 
     Any pod's failure fails the Job at once (backoffLimit 0), and the JobSet restarts the whole
-    world, which resumes from its checkpoint, up to `workload.backoffLimit` times. The old world's
+    world, which resumes from its checkpoint, up to `workload.backoffLimit` times. An elastic
+    world's Job is the plain Job's instead: the world goes on smaller while a lost pod is replaced. The old world's
     pods are gone (each wrote its SIGTERM checkpoint) before the new one starts (BlockingRecreate),
     so two worlds never write one run. A pod env that describes no world fails the JobSet at once.
     The JobSet's network uses the stack's own headless Service, which exists before it.
@@ -112,7 +128,7 @@ def jobset_manifest(world: World, template: dict[str, Any]) -> dict[str, Any]:
                 "replicas": 1,
                 "template": {
                     "metadata": {"labels": world.labels(CONTAINER_NAME)},
-                    "spec": {
+                    "spec": _pods_replaced_one_by_one(world, template) if world.elastic else {
                         "completionMode": "Indexed",
                         "completions": world.nnodes,
                         "parallelism": world.nnodes,
@@ -124,7 +140,8 @@ def jobset_manifest(world: World, template: dict[str, Any]) -> dict[str, Any]:
             }],
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [job]},
             "failurePolicy": {
-                "maxRestarts": world.config.workload.backoff_limit,
+                # an elastic world's Job replaces its lost pods itself (workload.backoffLimit of them)
+                "maxRestarts": 0 if world.elastic else world.config.workload.backoff_limit,
                 "restartStrategy": "BlockingRecreate",
                 # The Job's only pod failure policy that fails it is the bad env's: no restart can fix that.
                 "rules": [{"name": "pod_env_describes_no_world", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],

@@ -26,7 +26,8 @@ class World:
     namespace: str
     workload_kind: str
     workload_name: str
-    nnodes: int
+    nnodes: int  # the most pods the world has: nodes, or an elastic world's MAX
+    min_nodes: int  # the fewest it trains with: nnodes, or an elastic world's MIN
     nproc_per_node: int
     rendezvous_port: int
     run_name: str
@@ -43,7 +44,8 @@ class World:
             namespace=config.namespace.name,
             workload_kind=config.workload.kind,
             workload_name=config.workload.name,
-            nnodes=config.nodes,
+            nnodes=config.nodes.maximum,
+            min_nodes=config.nodes.minimum,
             nproc_per_node=config.nproc_per_node,
             rendezvous_port=config.rendezvous.port,
             run_name=config.run.name or config.workload.name,
@@ -54,9 +56,24 @@ class World:
 
     # --- shape ---------------------------------------------------------------------------------
     @property
+    def elastic(self) -> bool:
+        """The world trains at any size from min_nodes to nnodes pods (torchrun --nnodes MIN:MAX)."""
+        return self.min_nodes < self.nnodes
+
+    @property
     def world_size(self) -> int:
-        """Training processes in the job (torch.distributed's meaning): pods x processes per pod."""
+        """Training processes in the job (torch.distributed's meaning) at its largest: pods x processes per pod."""
         return self.nnodes * self.nproc_per_node
+
+    @property
+    def nnodes_text(self) -> str:
+        """NNODES as the pods and torchrun read it: "4", or an elastic world's "2:4"."""
+        return f"{self.min_nodes}:{self.nnodes}" if self.elastic else str(self.nnodes)
+
+    @property
+    def world_size_text(self) -> str:
+        """WORLD_SIZE as the pods read it: "8", or an elastic world's range of sizes, "4:8"."""
+        return f"{self.min_nodes * self.nproc_per_node}:{self.world_size}" if self.elastic else str(self.world_size)
 
     # --- names ---------------------------------------------------------------------------------
     @property
@@ -89,8 +106,10 @@ class World:
 
     @property
     def rdzv_id(self) -> str:
-        """Unique to the stack and the world's shape: pods of a world of another size never join this one."""
-        return f"{self.project}-{self.stack}-{self.workload_name}-{self.nnodes}x{self.nproc_per_node}"
+        """Unique to the stack and the world's shape: pods of a world of another size (or range of
+        sizes) never join this one."""
+        nodes = f"{self.min_nodes}-{self.nnodes}" if self.elastic else str(self.nnodes)
+        return f"{self.project}-{self.stack}-{self.workload_name}-{nodes}x{self.nproc_per_node}"
 
     @property
     def service_account_name(self) -> str:

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ddp_infra.config import StackConfig  # noqa: E402
+from ddp_infra.config.nodes import NodeRange  # noqa: E402
 from ddp_infra.names import PROJECT  # noqa: E402
 
 START = "<!-- config-reference:start -->"
@@ -70,7 +71,8 @@ def _type_name(annotation: Any) -> str:
         return "object"
     if getattr(annotation, "__name__", "") == "Output":
         return "secret string"
-    return {int: "integer", bool: "boolean", str: "string"}.get(annotation, getattr(annotation, "__name__", "any"))
+    names = {int: "integer", bool: "boolean", str: "string", NodeRange: "integer or range"}
+    return names.get(annotation, getattr(annotation, "__name__", "any"))
 
 
 def _default_text(field: Any) -> str:

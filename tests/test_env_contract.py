@@ -111,6 +111,39 @@ def test_every_pod_resolves_the_world_the_program_describes(stack, kind, nodes):
         assert argv[-len(parsed.run.args):] == list(parsed.run.args)
 
 
+@pytest.mark.parametrize("stack", harness.STACKS)
+@pytest.mark.parametrize("kind", (contract.INDEXED_JOB, contract.JOBSET))
+def test_an_elastic_world_reaches_every_pod_and_torchrun_as_its_range(stack, kind):
+    parsed, world = configured(stack, nodes="2:5", workload__kind=kind)
+    env = infra_pod.pod_env(world)
+    values = {var["name"]: var.get("value") for var in env}
+    nproc = world.nproc_per_node
+    assert (values[contract.NNODES.name], values[contract.PET_NNODES.name]) == ("2:5", "2:5")
+    assert values[contract.WORLD_SIZE.name] == f"{2 * nproc}:{5 * nproc}"
+    for index in (0, 1, 4):
+        pod, hostname = pod_of(world, index)
+        seen = resolve_world(kubelet_env(env, pod, {}), hostname)
+        assert (seen.node_rank, seen.min_nodes, seen.nnodes, seen.world_size) == (index, 2, 5, 5 * nproc)
+        assert not seen.hosts_rendezvous  # any subset of the pods forms the world: none hosts the store
+        argv = torchrun_argv(seen, list(parsed.run.args))
+        assert "--nnodes=2:5" in argv and f"--rdzv-id={world.rdzv_id}" in argv
+    # another range is another world: its pods never join this one's rendezvous
+    assert configured(stack, nodes="2:4", workload__kind=kind)[1].rdzv_id != world.rdzv_id != configured(stack, nodes="5", workload__kind=kind)[1].rdzv_id
+
+
+def test_an_elastic_world_whose_store_is_on_pod_0_is_refused_by_the_pod_too():
+    """The program refuses this config; a pod made by hand gets the same answer from the entrypoint."""
+    _, world = configured("dev", nodes="3", workload__kind=contract.INDEXED_JOB, rendezvous__store="pod-0")
+    env = {var["name"]: var for var in infra_pod.pod_env(world)}
+    for name, value in ((contract.NNODES.name, "2:3"), (contract.PET_NNODES.name, "2:3"), (contract.WORLD_SIZE.name, "2:3")):
+        env[name] = {"name": name, "value": value}
+    pod, hostname = pod_of(world, 1)
+    with pytest.raises(WorldError) as refused:
+        resolve_world(kubelet_env(list(env.values()), pod, {}), hostname)
+    (problem,) = refused.value.problems
+    assert problem.name == contract.RDZV_ENDPOINT.name and "a c10d store apart from pod 0" in problem.allowed
+
+
 @pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
 def test_with_the_store_on_pod_0_pod_0_hosts_it_and_the_others_wait_for_pod_0(kind):
     _, world = configured("dev", nodes="3", workload__kind=kind, rendezvous__store="pod-0")

@@ -6,11 +6,14 @@ entrypoint imports it to read that env. It uses the standard library only, so th
 needs nothing from the infrastructure side and the infrastructure nothing from torch.
 
 Meanings (one meaning each, everywhere):
-- a *node* is one pod; NNODES is the number of pods of the workload;
+- a *node* is one pod; NNODES is the number of pods of the workload, or MIN:MAX for an elastic
+  world, which trains at any size in that range (torchrun's own --nnodes MIN:MAX);
 - NPROC_PER_NODE is the number of training processes torchrun starts in each pod
   (one per GPU on a GPU pod);
 - WORLD_SIZE is the number of training processes in the whole job,
-  NNODES x NPROC_PER_NODE (the same meaning torch.distributed gives it);
+  NNODES x NPROC_PER_NODE (the same meaning torch.distributed gives it; an elastic world's is a
+  range too, MIN x NPROC_PER_NODE:MAX x NPROC_PER_NODE, and torchrun gives each process the size
+  of the world it is in);
 - NODE_RANK is the pod's index, 0 .. NNODES-1. A process's global RANK is set by torchrun,
   never by the pod env, so the two cannot be confused.
 """
@@ -55,9 +58,9 @@ class EnvVar:
 
 
 # --- the world's shape -------------------------------------------------------------------
-NNODES = EnvVar("NNODES", "number of pods in the job")
+NNODES = EnvVar("NNODES", "number of pods in the job, or MIN:MAX for an elastic world")
 NPROC_PER_NODE = EnvVar("NPROC_PER_NODE", "training processes per pod (GPUs per pod on GPU nodes)")
-WORLD_SIZE = EnvVar("WORLD_SIZE", "training processes in the job: NNODES x NPROC_PER_NODE")
+WORLD_SIZE = EnvVar("WORLD_SIZE", "training processes in the job: NNODES x NPROC_PER_NODE (a range where NNODES is one)")
 NODE_RANK = EnvVar(
     "NODE_RANK",
     f"the pod's index, from the {POD_INDEX_LABEL} label (StatefulSet) or the completion index "

@@ -98,9 +98,9 @@ class DdpTrainingStack(Component):
             "workloadName": self.trainer.workload.metadata["name"],  # type: ignore[attr-defined]
             "masterAddress": world.master_addr,
             "rendezvousEndpoint": world.rdzv_endpoint,
-            "nodes": world.nnodes,
+            "nodes": world.nnodes if not world.elastic else world.nnodes_text,
             "procsPerNode": world.nproc_per_node,
-            "worldSize": world.world_size,
+            "worldSize": world.world_size if not world.elastic else world.world_size_text,
             "runName": world.run_name,
             "kubectlWatchPods": world.kubectl_watch_pods(context),
             "kubectlFollowRank0": world.kubectl_follow_rank0(context),

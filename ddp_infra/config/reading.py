@@ -160,7 +160,7 @@ def load(config: Optional[pulumi.Config] = None) -> StackConfig:
 def _warn_about_single_node_claims(config: StackConfig) -> None:
     """ReadWriteOnce binds every pod of a claim to one node: fine on a one-node dev cluster,
     a scheduling dead end for a multi-node GPU world. A warning, not an error, for that reason."""
-    if config.nodes == 1:
+    if config.nodes.maximum == 1:
         return
     for role, volume in config.storage.volumes().items():
         if volume.create and volume.access_mode == "ReadWriteOnce":

@@ -12,6 +12,7 @@ from trainer import contract
 
 from ..names import PROGRAM_ENV, RESERVED_LABEL_PREFIX, SECONDARY_NETWORKS_ANNOTATION
 from .network import NetworkConfig, RendezvousConfig
+from .nodes import NodeCount, NodeRange
 from .pod import NOT_A_JOB_CONTROLLER_LABEL, PodConfig, is_job_controller_label
 from .problems import NOT_SHOWN, Problem, full_key
 from .resources import ResourcesConfig
@@ -23,7 +24,6 @@ from .scalars import (
 from .storage import StorageConfig
 from .workload import RunConfig, WorkloadConfig
 
-MAX_NODES = 1024  # a StatefulSet this size is already far beyond what one rendezvous handles well
 MAX_GPUS_PER_NODE = 16
 
 
@@ -102,7 +102,11 @@ class KubernetesConfig(Model):
 class StackConfig(Model):
     """Everything one stack of ddp-infra is configured with."""
 
-    nodes: int = Field(1, ge=1, le=MAX_NODES, description="Pods in the training world (NNODES).")
+    nodes: NodeCount = Field(
+        NodeRange(1, 1),
+        description="Pods in the training world (NNODES); MIN:MAX for an elastic world that trains at any size the cluster "
+        "gives it in that range (kinds job and jobset).",
+    )
     gpus_per_node: int = Field(
         0, ge=0, le=MAX_GPUS_PER_NODE, description="nvidia.com/gpu per pod; 0 for CPU-only pods."
     )
@@ -155,7 +159,7 @@ def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
             ))
     if have("nodes", "storage"):
         for role, volume in valid["storage"].volumes().items():
-            if volume.access_mode == "ReadWriteOncePod" and valid["nodes"] > 1:
+            if volume.access_mode == "ReadWriteOncePod" and valid["nodes"].maximum > 1:
                 problems.append(Problem(
                     full_key(["storage", role, "accessMode"]), repr(volume.access_mode),
                     "ReadWriteMany, ReadOnlyMany or ReadWriteOnce when nodes > 1 (ReadWriteOncePod admits one pod)",
@@ -177,7 +181,7 @@ def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
     if have("workload", "nodes") and valid["workload"].kind == contract.JOBSET:
         # JobSet refuses a JobSet whose pod names (<name>-node-0-<index>-<5 random>) are not DNS-1035
         # labels (a workload name starts with a letter whatever its kind: its Service's name is one too).
-        name, nodes = valid["workload"].name, valid["nodes"]
+        name, nodes = valid["workload"].name, valid["nodes"].maximum
         fixed = len(contract.pod_hostname(contract.JOBSET, name, nodes - 1)) + len("-abcde") - len(name)
         if len(name) + fixed > 63:
             problems.append(Problem(
@@ -192,6 +196,8 @@ def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
                 "none or volcano with workload.kind statefulset (Kueue admits a Job or a JobSet as one workload; "
                 "set workload.kind to job or jobset)",
             ))
+    if have("nodes") and valid["nodes"].elastic:
+        problems += _elastic_world_problems(valid)
     if have("network", "annotations") and valid["network"].secondary_networks:
         if SECONDARY_NETWORKS_ANNOTATION in valid["annotations"]:
             problems.append(Problem(
@@ -226,4 +232,33 @@ def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
                 problems.append(Problem(
                     full_key(["secretEnv", name]), NOT_SHOWN, "a name not in env too (a variable has one value)",
                 ))
+    return problems
+
+
+def _elastic_world_problems(valid: dict[str, Any]) -> list[Problem]:
+    """What an elastic world (nodes MIN:MAX) needs: pods any subset of which can form it, and a
+    scheduler that admits part of it."""
+    problems: list[Problem] = []
+    nodes = repr(str(valid["nodes"]))
+    if "workload" in valid and valid["workload"].kind == contract.STATEFULSET:
+        problems.append(Problem(
+            full_key(["nodes"]), nodes,
+            "one number with workload.kind statefulset (its pods are replaced one identity each and never do without "
+            "one); set workload.kind to job or jobset for an elastic world",
+        ))
+    if "scheduling" in valid and valid["scheduling"].gang.scheduler == "kueue":
+        problems.append(Problem(
+            full_key(["nodes"]), nodes,
+            "one number with scheduling.gang.scheduler kueue (Kueue admits the whole Job at its parallelism, so the world "
+            "could never train smaller); use scheduler none, or volcano (its PodGroup then admits MIN pods or more)",
+        ))
+    if "rendezvous" in valid:
+        rendezvous = valid["rendezvous"]
+        if rendezvous.backend == "static" or (rendezvous.backend == "c10d" and rendezvous.store == "pod-0"):
+            where = "backend static" if rendezvous.backend == "static" else "store pod-0"
+            problems.append(Problem(
+                full_key(["nodes"]), nodes,
+                f"one number with rendezvous.{where} (the world would need pod 0 in every size); an elastic world needs "
+                "rendezvous.backend c10d with store own-pod (the defaults), or etcd-v2",
+            ))
     return problems

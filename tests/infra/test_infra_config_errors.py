@@ -126,6 +126,12 @@ MALFORMED = [
      "ddp-infra:scheduling.gang.queue", "'Team A'"),
     ("kueue-with-a-statefulset", {"scheduling.gang.scheduler": "kueue", "scheduling.gang.queue": "team-a", "workload.kind": "statefulset"},
      "ddp-infra:scheduling.gang.scheduler", "'kueue'"),
+    # an elastic world needs pods any subset of which can form it, and a scheduler that admits part of it
+    ("elastic-statefulset", {"nodes": "2:4", "workload.kind": "statefulset"}, "ddp-infra:nodes", "'2:4'"),
+    ("elastic-with-kueue", {"nodes": "2:4", "workload.kind": "job", "scheduling.gang.scheduler": "kueue", "scheduling.gang.queue": "team-a"},
+     "ddp-infra:nodes", "'2:4'"),
+    ("elastic-store-on-pod-0", {"nodes": "2:4", "workload.kind": "job", "rendezvous.store": "pod-0"}, "ddp-infra:nodes", "'2:4'"),
+    ("elastic-static", {"nodes": "2:4", "workload.kind": "jobset", "rendezvous.backend": "static"}, "ddp-infra:nodes", "'2:4'"),
     ("queue-without-scheduler", {"scheduling.gang.queue": "team-a"}, "ddp-infra:scheduling.gang.queue", "'team-a'"),
     ("workload-priority-with-volcano", {"scheduling.gang.scheduler": "volcano", "scheduling.gang.workloadPriorityClass": "high"},
      "ddp-infra:scheduling.gang.workloadPriorityClass", "'high'"),
@@ -272,10 +278,21 @@ def test_an_unknown_key_is_answered_with_every_key_a_stack_may_set():
     assert listed == {field.alias for field in StackConfig.model_fields.values()}, line
 
 
+NODES = "a number of pods from 1 to 1024, or a range MIN:MAX of them with MIN < MAX for an elastic world (e.g. 64 or 32:64)"
+
+
 @pytest.mark.parametrize("key, value, allowed", [
-    ("nodes", "abc", "an integer from 1 to 1024"),
-    ("nodes", "0", "an integer from 1 to 1024"),
-    ("nodes", "4.5", "an integer from 1 to 1024"),
+    ("nodes", 'abc', NODES),
+    ("nodes", '0', NODES),
+    ("nodes", '4.5', NODES),
+    ("nodes", '1025', NODES),
+    ("nodes", '4:2', NODES),
+    ("nodes", '2:2', NODES),
+    ("nodes", '0:3', NODES),
+    ("nodes", '2:1025', NODES),
+    ("nodes", '2:', NODES),
+    ("nodes", '2-4', NODES),
+    ("nodes", True, NODES),
     ("rendezvous.port", "80", "an integer from 1024 to 65535"),
     ("workload.hangTimeout.floorSeconds", "0", "an integer from 5 to 3600"),
     ("workload.hangTimeout", {"floorSeconds": "60", "ceilingSeconds": "30"}, "0 (off) or an integer from floorSeconds (60) to 86400"),

@@ -129,6 +129,16 @@ def test_the_api_server_admits_every_object(api, stack, kind):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("elastic_kind", (contract.INDEXED_JOB, contract.JOBSET))
+def test_the_api_server_admits_an_elastic_world(api, elastic_kind):
+    """The Job's successPolicy (a pod that succeeds ends it) and the JobSet's Job of the plain Job's failure handling."""
+    documents = objects("prod", "32:64", elastic_kind)
+    out = apply(api, with_pod_owners(documents), "--dry-run=server")
+    workload = next(doc for doc in documents if doc["kind"] in ("Job", "JobSet"))
+    assert workload["metadata"]["name"] in out
+
+
+@pytest.mark.timeout(180)
 def test_the_prod_pods_meet_the_pod_security_level_their_namespace_enforces(api, kind):
     """Prod with InfiniBand: the RDMA request passes admission and the pods meet `restricted`
     (PodSecurity admission warns about a workload whose pods its namespace would refuse)."""

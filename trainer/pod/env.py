@@ -64,7 +64,7 @@ class Timeouts:
 @dataclass(frozen=True)
 class PodWorld:
     node_rank: int
-    nnodes: int
+    nnodes: int  # the most pods: NNODES, or the MAX of an elastic world's MIN:MAX
     nproc_per_node: int
     world_size: int
     master_addr: str
@@ -79,6 +79,12 @@ class PodWorld:
     rank_source: str  # where node_rank came from, for the log
     scheme: str  # "contract" or "seed-000"
     run_name: str | None  # the run directory the trainer will use (RUN_NAME), for the log and cross-checks
+    min_nodes: int | None = None  # an elastic world's MIN; None: a world of exactly nnodes
+
+    @property
+    def nnodes_text(self) -> str:
+        """torchrun's --nnodes: "4", or an elastic world's "2:4"."""
+        return f"{self.min_nodes}:{self.nnodes}" if self.min_nodes is not None else str(self.nnodes)
 
     @property
     def hosts_rendezvous(self) -> bool:
@@ -91,8 +97,8 @@ class PodWorld:
 
     def summary(self) -> str:
         return (
-            f"[DDP] pod_index={self.node_rank} nnodes={self.nnodes} nproc_per_node={self.nproc_per_node} "
-            f"world_size={self.world_size} master={self.master_addr}:{self.master_port} "
+            f"[DDP] pod_index={self.node_rank} nnodes={self.nnodes_text} nproc_per_node={self.nproc_per_node} "
+            f"world_size={self.world_size if self.min_nodes is None else f'{self.min_nodes * self.nproc_per_node}:{self.world_size}'} master={self.master_addr}:{self.master_port} "
             f"rdzv={self.rdzv_backend}@{self.rdzv_endpoint} rdzv_id={self.rdzv_id} "
             f"max_restarts={self.max_restarts} rank_from={self.rank_source} run={self.run_name}"
         )
@@ -126,6 +132,19 @@ class _Reader:
             self.problem(name, value, f"a whole number >= {minimum}")
             return None
         return number
+
+    def node_range(self, name: str) -> tuple[int, int | None] | None:
+        """(MAX, MIN) of "N" (MIN None: exactly N) or of an elastic world's "MIN:MAX"."""
+        value = self.text(name)
+        if value is None:
+            return None
+        parts = value.split(":")
+        if len(parts) <= 2 and all(part.isdigit() and part.isascii() for part in parts):
+            numbers = [int(part) for part in parts]
+            if numbers[0] >= 1 and (len(numbers) == 1 or numbers[0] < numbers[1]):
+                return numbers[-1], (numbers[0] if len(numbers) == 2 else None)
+        self.problem(name, value, "a whole number >= 1, or MIN:MAX with 1 <= MIN < MAX (an elastic world)")
+        return None
 
     def seconds(self, name: str, default: float) -> float:
         value = self.text(name, required=False)
@@ -205,13 +224,9 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
     r = _Reader(env)
     for name in c.REQUIRED:
         r.text(name)
-    nnodes = r.integer(c.NNODES.name, 1)
+    nnodes, min_nodes = r.node_range(c.NNODES.name) or (None, None)
     nproc = r.integer(c.NPROC_PER_NODE.name, 1)
-    world_size = r.integer(c.WORLD_SIZE.name, 1)
-    if nnodes and nproc and world_size and world_size != nnodes * nproc:
-        r.problem(
-            c.WORLD_SIZE.name, str(world_size), f"{c.NNODES.name} x {c.NPROC_PER_NODE.name} = {nnodes} x {nproc} = {nnodes * nproc}"
-        )
+    world_size = _world_size(r, nnodes, min_nodes, nproc)
     master_addr = r.host(c.MASTER_ADDR.name, r.text(c.MASTER_ADDR.name))
     master_port = r.port(c.MASTER_PORT.name)
     backend = r.choice(c.RDZV_BACKEND.name, c.RDZV_BACKENDS)
@@ -239,6 +254,8 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
     r.integer(c.HANG_TIMEOUT_FLOOR.name, 1, required=False)
     r.integer(c.HANG_TIMEOUT_CEILING.name, 0, required=False)
     _check_mirrors(r, env, endpoint)
+    if min_nodes is not None:
+        _check_elastic_rendezvous(r, backend, endpoint, master_addr, master_port)
     if r.problems:
         raise WorldError(r.problems)
     return PodWorld(
@@ -246,7 +263,32 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
         master_addr=master_addr, master_port=master_port, rdzv_backend=backend, rdzv_id=rdzv_id,
         rdzv_endpoint=endpoint, timeouts=timeouts, max_restarts=max_restarts, master_wait_timeout=wait,
         shutdown_timeout=shutdown, rank_source=rank_source, scheme="contract", run_name=env.get(c.RUN_NAME.name),
+        min_nodes=min_nodes,
     )  # fmt: skip
+
+
+def _world_size(r: _Reader, nnodes: int | None, min_nodes: int | None, nproc: int | None) -> int | None:
+    """WORLD_SIZE, which must be NNODES x NPROC_PER_NODE (an elastic world's: MIN x n:MAX x n)."""
+    text = r.text(c.WORLD_SIZE.name)
+    if text is None or not (nnodes and nproc):
+        return None
+    expected = f"{min_nodes * nproc}:{nnodes * nproc}" if min_nodes is not None else str(nnodes * nproc)
+    if text != expected:
+        shape = f"{min_nodes}:{nnodes}" if min_nodes is not None else str(nnodes)
+        r.problem(c.WORLD_SIZE.name, text, f"{c.NNODES.name} x {c.NPROC_PER_NODE.name} = {shape} x {nproc} = {expected}")
+        return None
+    return nnodes * nproc
+
+
+def _check_elastic_rendezvous(r: _Reader, backend: str | None, endpoint: str | None, master_addr: str | None, master_port: int | None) -> None:
+    """An elastic world forms from any of its pods: its rendezvous cannot live on pod 0."""
+    on_pod_0 = backend == "c10d" and endpoint == f"{master_addr}:{master_port}"
+    if backend == "static" or on_pod_0:
+        r.problem(
+            c.RDZV_BACKEND.name if backend == "static" else c.RDZV_ENDPOINT.name, backend if backend == "static" else endpoint,
+            f"with {c.NNODES.name} a range (an elastic world), a c10d store apart from pod 0 or etcd-v2 "
+            "(a world of any of its pods must be able to form)",
+        )
 
 
 def _rdzv_id(r: _Reader, value: str | None) -> str | None:

@@ -60,7 +60,7 @@ def torchrun_argv(
     conf = _rdzv_conf(world)
     argv = [
         python, "-m", AGENT_MODULE,
-        f"--nnodes={world.nnodes}",
+        f"--nnodes={world.nnodes_text}",
         f"--nproc-per-node={world.nproc_per_node}",
         f"--rdzv-backend={world.rdzv_backend}",
         f"--rdzv-endpoint={world.rdzv_endpoint}",
