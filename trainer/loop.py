@@ -31,6 +31,7 @@ from trainer.hang_watch import HangWatch, stragglers
 from trainer.load import params_sum, write_card
 from trainer.optimizer import make_adamw
 from trainer.outputs import RunDir, write_json
+from trainer.sample_record import IndexedDataset, SampleRecord
 from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest
 from trainer.tasks.task import Task, to_device
@@ -83,7 +84,8 @@ class Stopped(Exception):
 
 
 class Trainer:
-    def __init__(self, task: Task, d: Dist, cfg: TrainConfig, run: RunDir, stop: StopRequest, run_name: str):
+    def __init__(self, task: Task, d: Dist, cfg: TrainConfig, run: RunDir, stop: StopRequest, run_name: str,
+                 sample_record: Path | None = None):  # fmt: skip
         self.task, self.d, self.cfg, self.run, self.stop, self.run_name = task, d, cfg, run, stop, run_name
         self.trackers: Trackers = NO_TRACKERS  # rank 0's own, set once resume() has found the step the run goes on from
         self.watch = HangWatch.off()  # the world's hang watch, set while it trains
@@ -100,7 +102,11 @@ class Trainer:
         # Starting an iterator draws a seed for the loader's workers: from a generator of the loaders' own, not
         # from the global RNG that dropout uses, which a resumed epoch's extra start would shift.
         loader_rng = torch.Generator().manual_seed(cfg.seed + d.rank)
-        self.loader = DataLoader(task.train_set, cfg.batch, sampler=self.sampler, drop_last=True, num_workers=cfg.workers,
+        # --sample-record: each sample's index goes with it through the loader to the step, which records the
+        # ids it trained (trainer/sample_record.py); without it the loader reads the task's dataset as it is.
+        self.record = SampleRecord(sample_record, d) if sample_record else None
+        train_set = IndexedDataset(task.train_set) if self.record else task.train_set
+        self.loader = DataLoader(train_set, cfg.batch, sampler=self.sampler, drop_last=True, num_workers=cfg.workers,
                                  pin_memory=pin, generator=loader_rng)  # fmt: skip
         # each rank validates every world_size-th item: no padding, so the mean is over the exact set
         shard = Subset(task.val_set, range(d.rank, len(task.val_set), d.world_size))
@@ -194,6 +200,8 @@ class Trainer:
         started = time.perf_counter()
         self.stop.install()  # from here on a SIGTERM can be answered with a checkpoint
         self.ddp.train()
+        if self.record:
+            self.record.open(resumed_at_step=self.progress.global_step)  # one broadcast, in this opt-in record only
         last = {}
         while self.progress.epoch < self.cfg.epochs:
             epoch_started = time.perf_counter()
@@ -225,6 +233,8 @@ class Trainer:
             self._step(batches, window)
             p.step_in_epoch += 1
             p.global_step += 1
+            if self.record:
+                self.record.step(p.global_step, p.epoch)  # written before this step can be checkpointed
             self.watch.beat(p.global_step)
             p.samples_in_epoch += self.sampler.world_step
             p.samples_seen += self.sampler.world_step
@@ -263,7 +273,10 @@ class Trainer:
         Its losses are added to `window`, on the device."""
         accum = self.cfg.grad_accum
         for micro in range(accum):
-            batch = to_device(next(batches), self.d.device)
+            batch = next(batches)
+            if self.record:
+                batch = self.record.take(batch)  # its ids, kept on the host
+            batch = to_device(batch, self.d.device)
             sync = micro == accum - 1
             with nullcontext() if sync else self.ddp.no_sync(), self._autocast(), window.timing_forward():
                 loss, n = self.task.loss(self.step_model, batch)

@@ -71,6 +71,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grad-compression", choices=tuple(GRAD_COMPRESSION), default="none",
                         help="bf16: all-reduce gradients in bf16, half the bytes on the network (default none)")  # fmt: skip
     parser.add_argument("--pg-timeout", type=float, default=1800, help="seconds a collective may wait for a peer")
+    parser.add_argument("--sample-record", type=Path, metavar="DIR",
+                        help="write the ids of the samples each rank trains, step by step, to DIR/<world>-rank<rank>.jsonl "
+                             "(trainer/sample_record.py), for tests that check what an elastic run trained; default off")  # fmt: skip
     limits = HangLimits.from_env()
     parser.add_argument("--hang-timeout-floor", type=seconds, default=limits.floor_s,
                         help=f"seconds without progress that always count as a slow step, never a hang (env {c.HANG_TIMEOUT_FLOOR.name})")  # fmt: skip
@@ -105,7 +108,7 @@ def train(args: argparse.Namespace, d: distributed.Dist, stop: StopRequest) -> N
     task = TASKS[args.task].make_task(args)
     task = dataclasses.replace(task, card={"task": args.task, **task.card})
     run = RunDir(args.out_dir / args.run_name)
-    trainer = Trainer(task, d, config_of(args), run, stop, args.run_name)
+    trainer = Trainer(task, d, config_of(args), run, stop, args.run_name, sample_record=args.sample_record)
     trainer.resume()
     trackers = (tracking.open_trackers(run.root, args.run_name, vars(args), trainer.progress.global_step, stop)
                 if d.is_main else tracking.NO_TRACKERS)  # fmt: skip
