@@ -119,6 +119,8 @@ def _start(user_args: Sequence[str], supervisor: _Supervisor) -> int:
         console.line(f"[DDP] cannot start: {exc}", stream=sys.stderr)
         return EXIT_BAD_ENV
     console.line(world.summary())
+    if rule := world.elastic_rule():
+        console.line(rule)
     rejoins_left = 0 if world.hosts_rendezvous else world.max_restarts
     while True:
         checked = preflight(world, env, world.master_wait_timeout)

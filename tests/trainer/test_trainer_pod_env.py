@@ -26,6 +26,22 @@ def test_statefulset_pod_gets_its_rank_from_the_pod_index_label():
     assert world.summary().startswith("[DDP] pod_index=3 nnodes=4 nproc_per_node=8 world_size=32 master=127.0.0.1:29500")
 
 
+def test_an_elastic_pod_reads_its_range_and_says_what_its_world_does_with_it():
+    env = pod_env("train-llm-2", 29500, kind=c.INDEXED_JOB, nproc=4, **{
+        c.NNODES.name: "2:5", c.PET_NNODES.name: "2:5", c.WORLD_SIZE.name: "8:20", c.JOB_COMPLETION_INDEX: "2",
+        c.RDZV_ENDPOINT.name: "store:29500", c.PET_RDZV_ENDPOINT.name: "store:29500",
+    })  # fmt: skip
+    world = resolve_world(env, hostname="train-llm-2")
+    assert (world.node_rank, world.min_nodes, world.nnodes, world.world_size, world.nnodes_text) == (2, 2, 5, 20, "2:5")
+    assert " nnodes=2:5 nproc_per_node=4 world_size=8:20 " in world.summary()
+    assert "trains once 2 have joined, takes in up to 5" in world.elastic_rule()
+    assert "waits up to 60 s (RDZV_JOIN_TIMEOUT)" in world.elastic_rule()
+    assert resolve_world(pod_env("train-llm-1", 29500), hostname="x").elastic_rule() is None
+    # WORLD_SIZE a range too, and the one the range makes
+    problems = problems_of({**env, c.WORLD_SIZE.name: "20"})
+    assert "NNODES x NPROC_PER_NODE = 2:5 x 4 = 8:20" in problems[c.WORLD_SIZE.name]
+
+
 def test_statefulset_without_the_label_uses_the_pod_name_ordinal():
     world = resolve_world(pod_env("train-llm-2", 29500, nnodes=3), hostname="unrelated")
     assert world.node_rank == 2

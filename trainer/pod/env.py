@@ -95,6 +95,14 @@ class PodWorld:
         )
         return on_node_0 and self.node_rank == 0
 
+    def elastic_rule(self) -> str | None:
+        """What an elastic world does with its size, for the pod's log; None for a world of one size."""
+        if self.min_nodes is None:
+            return None
+        return (f"[DDP] elastic world of {self.nnodes_text} pods: it trains once {self.min_nodes} have joined, takes in "
+                f"up to {self.nnodes} and re-forms at any size between, resuming at the exact sample; with fewer than "
+                f"{self.min_nodes} it waits up to {self.timeouts.join} s ({c.RDZV_JOIN_TIMEOUT.name}), then this pod fails")  # fmt: skip
+
     def summary(self) -> str:
         return (
             f"[DDP] pod_index={self.node_rank} nnodes={self.nnodes_text} nproc_per_node={self.nproc_per_node} "
