@@ -21,7 +21,7 @@ SUITE_ORDER = ("cluster", "trainer", "engine")
 # fixture); the others share the test cluster, and the clusters a test starts itself ("lifecycle")
 # go with them, so that no two of those run at once. Checked against the fixtures at collection.
 CONTROLLERS_CLUSTER_FILES = (
-    "test_cluster_disruption.py", "test_cluster_faults.py", "test_cluster_fit.py", "test_cluster_hang_watch.py", "test_cluster_jobset.py", "test_cluster_kueue.py",
+    "test_cluster_disruption.py", "test_cluster_elastic_jobset.py", "test_cluster_faults.py", "test_cluster_fit.py", "test_cluster_hang_watch.py", "test_cluster_jobset.py", "test_cluster_kueue.py",
     "test_cluster_volcano.py", "test_cluster_waiting.py",
 )  # fmt: skip
 

@@ -156,7 +156,11 @@ class Trainer:
                  else f"epoch {p.epoch + 1} step {p.step_in_epoch}/{self._steps_in_epoch()} "
                       f"sample {p.samples_in_epoch}/{len(self.task.train_set)}")  # fmt: skip
         resized = record.world_size != self.d.world_size
-        world = f", world of {self.d.world_size} (was {record.world_size})" if resized else ""
+        # The rule of a resize: each process keeps its batch, so the global batch follows the world's
+        # size; the learning-rate schedule goes on in samples.
+        was_batch = record.world_size * record.batch * record.grad_accum
+        world = (f", world of {self.d.world_size} (was {record.world_size}): global batch {self.sampler.world_step} "
+                 f"(was {was_batch}), the schedule goes on in samples") if resized else ""  # fmt: skip
         self.log(f"[CKPT] resumed from {name}: {where}, global step {p.global_step}{world}")
 
     def _load_checkpoint(self, shards: Path, record: CheckpointRecord) -> None:

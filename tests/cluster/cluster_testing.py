@@ -291,6 +291,15 @@ def job_condition(cluster: LocalCluster) -> str | None:
     return next((c["type"] for c in conditions if c["type"] in ("Complete", "Failed") and c["status"] == "True"), None)
 
 
+def jobset_status(cluster: LocalCluster) -> dict[str, Any]:
+    return get(cluster, "jobset", WORKLOAD, NAMESPACE).get("status", {})
+
+
+def terminal_state(cluster: LocalCluster) -> str | None:
+    """Completed or Failed once the dev stack's JobSet has ended, else None."""
+    return jobset_status(cluster).get("terminalState")
+
+
 def run_dir(cluster: LocalCluster) -> Path:
     """The dev run's directory, /out/<run>, on this machine."""
     return claim_path(cluster, NAMESPACE, "outputs-pvc") / RUN

@@ -18,7 +18,7 @@ from trainer_testing import done_lines, epoch_records, same_result
 
 from cluster_testing import (
     CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, STORE, WORKLOAD, all_logs, final_done_lines, get, kill_container,
-    newest_checkpoint, pod_resumed_lines, resumed_step, run_dir, wait_for, world_pods, world_running,
+    jobset_status, newest_checkpoint, pod_resumed_lines, resumed_step, run_dir, terminal_state, wait_for, world_pods, world_running,
 )  # fmt: skip
 from trainer import contract
 
@@ -26,15 +26,6 @@ pytestmark = pytest.mark.timeout(1500)
 
 JOBSET = {"workload__kind": contract.JOBSET}
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
-
-
-def jobset_status(cluster) -> dict:
-    return get(cluster, "jobset", WORKLOAD, NAMESPACE).get("status", {})
-
-
-def terminal_state(cluster) -> str | None:
-    """Completed or Failed once the JobSet has ended, else None."""
-    return jobset_status(cluster).get("terminalState")
 
 
 def world_uids(cluster) -> set[str]:

@@ -285,7 +285,7 @@ def test_a_world_resized_from_2_to_3_goes_on_at_the_exact_sample_and_learning_ra
     bigger = start_pod(spawn, "solo-0", free_port(), tmp_path, LONG_ARGS, nnodes=1, nproc=3)
     assert bigger.wait(240) == 0, bigger.text()
     log = bigger.text()
-    assert f"sample {stopped['samples_in_epoch']}/{samples}, global step {stopped['step']}, world of 3 (was 2)" in log, log[-3000:]
+    assert f"sample {stopped['samples_in_epoch']}/{samples}, global step {stopped['step']}, world of 3 (was 2): global batch {per_step_3} (was {per_step_2})" in log, log[-3000:]
 
     # Epoch 1 is the samples the world of 2 took, then whole steps of the world of 3 up to the end.
     first_epoch = epoch_records(tmp_path / "run")[0]
@@ -375,3 +375,19 @@ def test_a_world_that_starts_after_one_has_ended_at_the_same_store_trains(spawn,
         assert {line["epochs"] for line in results_of(*pods)} == {epochs}, name
         moved = [pod for pod in pods if "[DDP] rendezvous test-run is closed (a world of it ended): this world's is test-run.1" in pod.text()]
         assert len(moved) == (2 if name == "second" else 0), name
+
+
+@pytest.mark.timeout(180)
+def test_an_elastic_pod_below_its_minimum_waits_its_join_timeout_then_fails_saying_why(spawn, tmp_path):
+    """nodes 2:3 with one pod: it says what its world needs, waits RDZV_JOIN_TIMEOUT, and fails."""
+    store = free_port()
+    start_store(spawn, store)
+    elastic = {c.NNODES.name: "2:3", c.PET_NNODES.name: "2:3", c.WORLD_SIZE.name: "2:3", c.RDZV_JOIN_TIMEOUT.name: "5"}
+    pod = start_pod(spawn, "ddp-0", free_port(), tmp_path, SMOKE_ARGS, kind=c.INDEXED_JOB, **store_at(store), **elastic,
+                    **{c.JOB_COMPLETION_INDEX: "0"})  # fmt: skip
+    code = pod.wait(120)
+    text = pod.text()
+    assert code != 0, text[-3000:]
+    assert "[DDP] elastic world of 2:3 pods: it trains once 2 have joined" in text and "waits up to 5 s" in text, text[-3000:]
+    assert "--nnodes=2:3" in text and "RendezvousTimeoutError" in text, text[-3000:]
+    assert "[TRAIN]" not in text

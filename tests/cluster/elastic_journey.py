@@ -1,0 +1,174 @@
+"""The elastic journey (`nodes: 2:3`) of test_cluster_elastic*.py, through the real `pulumi up`: it starts
+with room for its minimum only, grows when capacity appears, shrinks and goes on when a pod is lost
+and nothing can replace it, grows again, and ends with every sample of each epoch trained exactly
+once, as the samples the ranks fed their model show (trainer/sample_record.py).
+
+Capacity is the node's CPU: the world's pods ask for 500m each, and a placeholder pod takes what
+the test wants kept from them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from cluster_testing import (
+    DISRUPTED_RUN, NAMESPACE, all_logs, claim_path, cluster_state, job_condition, newest_checkpoint, pods, run_dir,
+    jobset_status, terminal_state, wait_for, wait_for_checkpoint_after, world_pods,
+)  # fmt: skip
+from ddp_infra.config.scalars import parse_quantity
+from trainer import contract
+from trainer.sample_record import trained_samples
+from trainer.sampler import EpochSampler
+
+POD_CPU_MILLIS = 500
+PLACEHOLDER = "capacity-placeholder"
+PLACEHOLDER_NAMESPACE = "default"  # it is placed before the stack's namespace exists
+SAMPLES_DIR = "elastic-samples"  # under /out
+EPOCHS, SAMPLES, BATCH, SEED = 60, 16384, 256, 7  # the smoke task trains on all SAMPLES
+RUN_ARGS = [*DISRUPTED_RUN[: DISRUPTED_RUN.index("--epochs") + 1], str(EPOCHS), *DISRUPTED_RUN[DISRUPTED_RUN.index("--epochs") + 2 :],
+            "--sample-record", f"{contract.OUT_MOUNT}/{SAMPLES_DIR}"]  # fmt: skip
+ELASTIC = {
+    "nodes": "2:3", "workload__kind": "job", "resources__requests__cpu": f"{POD_CPU_MILLIS}m", "run__args": RUN_ARGS,
+    # a world below its maximum forms this long after its minimum joined (torchrun's last call)
+    "rendezvous__lastCallTimeoutSeconds": "5",
+    # each change of size can cost a pod one restart of its workers
+    "rendezvous__maxRestarts": "10",
+}  # fmt: skip
+
+
+def free_cpu_millis(cluster) -> int:
+    """The node's allocatable CPU less what its scheduled, unfinished pods ask for."""
+    node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
+    free = parse_quantity(node["status"]["allocatable"]["cpu"]) * 1000
+    items = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
+    for pod in items:
+        if pod["spec"].get("nodeName") and pod["status"].get("phase") not in ("Succeeded", "Failed"):
+            for container in pod["spec"]["containers"]:
+                free -= parse_quantity(container.get("resources", {}).get("requests", {}).get("cpu", "0")) * 1000
+    return int(free)
+
+
+def place_placeholder(cluster, cpu_millis: int) -> None:
+    """A pod that does nothing but hold `cpu_millis` of the node's CPU from the world."""
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": PLACEHOLDER, "namespace": PLACEHOLDER_NAMESPACE},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "hold", "image": cluster.images["pause"], "imagePullPolicy": "IfNotPresent", "command": ["python"],
+                "resources": {"requests": {"cpu": f"{cpu_millis}m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+
+
+def remove_placeholder(cluster) -> None:
+    cluster.kubectl("delete", "pod", PLACEHOLDER, "-n", PLACEHOLDER_NAMESPACE, "--ignore-not-found", "--grace-period=0", "--force")
+
+
+def placeholder_phase(cluster) -> str | None:
+    return pods(cluster, PLACEHOLDER_NAMESPACE).get(PLACEHOLDER, {}).get("status", {}).get("phase")
+
+
+def resized_lines(cluster) -> list[str]:
+    """Every `[CKPT] resumed` line of the world's pods, in their order (rank 0 logs one per world)."""
+    lines = []
+    for pod in world_pods(cluster).values():
+        lines += [line for line in all_logs(cluster, NAMESPACE, pod["metadata"]["name"]).splitlines() if line.startswith("[CKPT] resumed")]
+    return lines
+
+
+def wait_for_world_of(cluster, size: int, before: int, seen: set[str], timeout: float = 300) -> tuple[str, float]:
+    """Waits for a world of `size` resumed from one of `before`; returns its resume line and the seconds taken."""
+    started = time.monotonic()
+    try:
+        line = wait_for(
+            lambda: next((line for line in resized_lines(cluster) if line not in seen and f"world of {size} (was {before})" in line), None),
+            timeout, f"a world of {size} (was {before})", interval=1,
+        )  # fmt: skip
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{cluster_state(cluster)}") from None
+    seen.add(line)
+    # the rule of a resize, said where it happened: each process keeps its batch
+    assert f"global batch {size * BATCH} (was {before * BATCH})" in line, line
+    return line, time.monotonic() - started
+
+
+def checkpoint_record(cluster, resumed_line: str) -> dict:
+    """The commit record of the checkpoint a `[CKPT] resumed` line names."""
+    name = resumed_line.split("resumed from ", 1)[1].split(":", 1)[0]
+    return json.loads((run_dir(cluster) / "checkpoints" / f"{name}.json").read_text())
+
+
+def running_world_pods(cluster) -> list[str]:
+    return sorted(name for name, pod in pods(cluster, NAMESPACE).items()
+                  if pod["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "trainer"
+                  and pod["status"].get("phase") == "Running" and "deletionTimestamp" not in pod["metadata"])  # fmt: skip
+
+
+def ended(cluster, kind: str) -> str | None:
+    """Complete (a Job) or Completed (a JobSet), Failed, or None while it runs."""
+    return job_condition(cluster) if kind == contract.INDEXED_JOB else terminal_state(cluster)
+
+
+def journey(cluster, stack, kind: str) -> None:
+    remove_placeholder(cluster)
+    try:
+        _grow_shrink_grow(cluster, stack, kind)
+    finally:
+        remove_placeholder(cluster)
+
+
+def _grow_shrink_grow(cluster, dev_stack, kind: str) -> None:
+    figures: dict[str, float] = {}
+    seen: set[str] = set()
+    # Room for the minimum only: two pods' CPU, less a little, is left to the world.
+    place_placeholder(cluster, free_cpu_millis(cluster) - 2 * POD_CPU_MILLIS - POD_CPU_MILLIS // 2)
+    wait_for(lambda: placeholder_phase(cluster) == "Running", 120, "the placeholder running")
+    dev_stack.up(**{**ELASTIC, "workload__kind": kind})
+    assert dev_stack.outputs["nodes"] == "2:3"
+    wait_for(lambda: len(running_world_pods(cluster)) == 2 and newest_checkpoint(cluster)["step"] >= 0 and 1, 300,
+             "a world of the minimum training")  # fmt: skip
+    assert len(world_pods(cluster)) == 3  # the third is Pending: no CPU for it
+    assert newest_checkpoint(cluster)["world_size"] == 2
+
+    # Capacity appears: the third pod starts and the world grows to it, with no `pulumi up`.
+    remove_placeholder(cluster)
+    line, figures["capacity appeared -> a world of 3 resumed"] = wait_for_world_of(cluster, 3, 2, seen)
+
+    # A pod is lost while nothing can replace it: the world goes on smaller.
+    wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
+    lost = running_world_pods(cluster)[1]
+    place_placeholder(cluster, free_cpu_millis(cluster) + POD_CPU_MILLIS // 2)  # binds once the lost pod's CPU is freed
+    cluster.kubectl("delete", "pod", lost, "-n", NAMESPACE, "--wait=false")
+    line, figures["pod lost -> a world of 2 resumed"] = wait_for_world_of(cluster, 2, 3, seen)
+    # the lost pod's SIGTERM stopped the world at a checkpoint of its own, which the smaller one resumed from
+    assert checkpoint_record(cluster, line)["reason"] == "sigterm", line
+    assert placeholder_phase(cluster) == "Running"  # it, not the lost pod's replacement, took the freed CPU
+
+    # Capacity again: the lost pod's replacement starts and the world grows back.
+    wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
+    remove_placeholder(cluster)
+    line, figures["capacity appeared again -> a world of 3 resumed"] = wait_for_world_of(cluster, 3, 2, seen)
+    print(f"\n[figures] elastic {kind} of 2:3, seconds: { {what: round(seconds, 1) for what, seconds in figures.items()} }")
+
+    # The run ends: the first pod that succeeds completes the Job (and its JobSet).
+    assert wait_for(lambda: ended(cluster, kind), 900, f"the {kind} to end", interval=3) in ("Complete", "Completed")
+    if kind == contract.JOBSET:
+        assert jobset_status(cluster).get("restarts", 0) == 0  # its Job replaced the lost pod; the world went on
+    record = trained_samples(claim_path(cluster, NAMESPACE, "outputs-pvc") / SAMPLES_DIR)
+    assert sorted(record) == list(range(EPOCHS)), sorted(record)
+    for epoch, ids in record.items():
+        assert len(ids) == len(set(ids)), f"epoch {epoch}: {len(ids) - len(set(ids))} samples trained twice"
+        order = EpochSampler(SAMPLES, 1, 0, SEED, 1)
+        order.set_epoch(epoch)
+        expected = order.order().tolist()
+        # Every sample of the epoch once: the epoch's order up to the last whole step of the world
+        # that ended it (the rest, less than one step of it, is dropped as with drop_last).
+        assert sorted(ids) == sorted(expected[: len(ids)]), f"epoch {epoch}: not the epoch's first {len(ids)} samples"
+        assert len(expected) - len(ids) < 3 * BATCH, f"epoch {epoch}: {len(expected) - len(ids)} samples never trained"
