@@ -161,7 +161,9 @@ class Trainer:
         was_batch = record.world_size * record.batch * record.grad_accum
         world = (f", world of {self.d.world_size} (was {record.world_size}): global batch {self.sampler.world_step} "
                  f"(was {was_batch}), the schedule goes on in samples") if resized else ""  # fmt: skip
-        self.log(f"[CKPT] resumed from {name}: {where}, global step {p.global_step}{world}")
+        # which checkpoint it was (sigterm: the world stopped where it was; periodic, time, epoch end:
+        # it was lost, and what it trained after this checkpoint is trained again)
+        self.log(f"[CKPT] resumed from {name}: {where}, global step {p.global_step} ({record.reason} checkpoint){world}")
 
     def _load_checkpoint(self, shards: Path, record: CheckpointRecord) -> None:
         model, optimizer = get_state_dict(self.model, self.optimizer)

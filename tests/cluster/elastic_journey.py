@@ -13,7 +13,7 @@ import json
 import time
 
 from cluster_testing import (
-    DISRUPTED_RUN, NAMESPACE, all_logs, claim_path, cluster_state, job_condition, newest_checkpoint, pods, run_dir,
+    DISRUPTED_RUN, NAMESPACE, all_logs, claim_path, cluster_state, job_condition, newest_checkpoint, pods,
     jobset_status, terminal_state, wait_for, wait_for_checkpoint_after, world_pods,
 )  # fmt: skip
 from ddp_infra.config.scalars import parse_quantity
@@ -99,12 +99,6 @@ def wait_for_world_of(cluster, size: int, before: int, seen: set[str], timeout: 
     return line, time.monotonic() - started
 
 
-def checkpoint_record(cluster, resumed_line: str) -> dict:
-    """The commit record of the checkpoint a `[CKPT] resumed` line names."""
-    name = resumed_line.split("resumed from ", 1)[1].split(":", 1)[0]
-    return json.loads((run_dir(cluster) / "checkpoints" / f"{name}.json").read_text())
-
-
 def running_world_pods(cluster) -> list[str]:
     return sorted(name for name, pod in pods(cluster, NAMESPACE).items()
                   if pod["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "trainer"
@@ -148,7 +142,7 @@ def _grow_shrink_grow(cluster, dev_stack, kind: str) -> None:
     cluster.kubectl("delete", "pod", lost, "-n", NAMESPACE, "--wait=false")
     line, figures["pod lost -> a world of 2 resumed"] = wait_for_world_of(cluster, 2, 3, seen)
     # the lost pod's SIGTERM stopped the world at a checkpoint of its own, which the smaller one resumed from
-    assert checkpoint_record(cluster, line)["reason"] == "sigterm", line
+    assert "(sigterm checkpoint)" in line, line
     assert placeholder_phase(cluster) == "Running"  # it, not the lost pod's replacement, took the freed CPU
 
     # Capacity again: the lost pod's replacement starts and the world grows back.

@@ -285,7 +285,7 @@ def test_a_world_resized_from_2_to_3_goes_on_at_the_exact_sample_and_learning_ra
     bigger = start_pod(spawn, "solo-0", free_port(), tmp_path, LONG_ARGS, nnodes=1, nproc=3)
     assert bigger.wait(240) == 0, bigger.text()
     log = bigger.text()
-    assert f"sample {stopped['samples_in_epoch']}/{samples}, global step {stopped['step']}, world of 3 (was 2): global batch {per_step_3} (was {per_step_2})" in log, log[-3000:]
+    assert f"sample {stopped['samples_in_epoch']}/{samples}, global step {stopped['step']} (sigterm checkpoint), world of 3 (was 2): global batch {per_step_3} (was {per_step_2})" in log, log[-3000:]
 
     # Epoch 1 is the samples the world of 2 took, then whole steps of the world of 3 up to the end.
     first_epoch = epoch_records(tmp_path / "run")[0]
