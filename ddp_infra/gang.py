@@ -11,6 +11,9 @@ while the rest waits for capacity, and two such worlds can hold each other's hal
 - **Volcano** schedules pods named by a PodGroup: its scheduler binds `minMember` of them
   together, or none. The pods ask for Volcano's scheduler and name the group; the group asks for
   the world's whole resources, so that Volcano enqueues it only when its queue can hold it.
+- An **elastic** world (`nodes: MIN:MAX`) is admitted from its minimum: Volcano's `minMember` is
+  MIN, and Kueue may admit an elastic Job partly (its partial admission: as many pods as the
+  quota holds, at least MIN, Kueue lowering the Job's parallelism to that).
 
 Pure functions of the `World`, like ddp_infra.pod and ddp_infra.workload, which call them.
 """
@@ -20,11 +23,14 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
+from trainer import contract
+
 from .config import parse_quantity
 from .world import World
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+KUEUE_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"  # Kueue's partial admission
 VOLCANO_SCHEDULER = "volcano"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 POD_GROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
@@ -44,6 +50,14 @@ def workload_labels(world: World) -> dict[str, str]:
     if gang.workload_priority_class:
         labels[KUEUE_PRIORITY_LABEL] = gang.workload_priority_class
     return labels
+
+
+def workload_annotations(world: World) -> dict[str, str]:
+    """An elastic Job's Kueue annotation: Kueue may admit it partly, as many pods as its quota
+    holds and at least the world's minimum (Kueue then lowers the Job's parallelism to that)."""
+    if not (uses(world, "kueue") and world.elastic and world.workload_kind == contract.INDEXED_JOB):
+        return {}
+    return {KUEUE_MIN_PARALLELISM_ANNOTATION: str(world.min_nodes)}
 
 
 def starts_suspended(world: World) -> bool:

@@ -35,7 +35,7 @@ READY = {contract.INDEXED_JOB: "condition=Complete"}
 
 
 def workload_metadata(world: World) -> dict[str, Any]:
-    annotations = dict(world.extra_annotations)
+    annotations = {**world.extra_annotations, **gang.workload_annotations(world)}
     if not world.config.workload.wait_for_ready:
         accepted = ACCEPTED_SUSPENDED if gang.starts_suspended(world) else ACCEPTED
         annotations[WAIT_FOR_ANNOTATION] = accepted[world.workload_kind]

@@ -98,7 +98,7 @@ class GangConfig(Model):
 
     scheduler: Literal[GANG_SCHEDULERS] = Field(  # type: ignore[valid-type]
         "none",
-        description="none (pods are scheduled one by one), kueue (the workload waits suspended in a Kueue LocalQueue until its whole quota is free; kinds job and jobset) or volcano (Volcano's scheduler binds all the pods of a PodGroup of minMember = nodes, or none).",
+        description="none (pods are scheduled one by one), kueue (the workload waits suspended in a Kueue LocalQueue until its whole quota is free, an elastic Job's until its minimum's is; kinds job and jobset) or volcano (Volcano's scheduler binds all the pods of a PodGroup of minMember = nodes, an elastic world's minimum, or none).",
     )
     queue: Optional[DnsLabel] = Field(
         None, description="kueue: the LocalQueue in the stack's namespace (required); volcano: the Queue (unset: Volcano's default)."

@@ -240,17 +240,19 @@ def _elastic_world_problems(valid: dict[str, Any]) -> list[Problem]:
     scheduler that admits part of it."""
     problems: list[Problem] = []
     nodes = repr(str(valid["nodes"]))
-    if "workload" in valid and valid["workload"].kind == contract.STATEFULSET:
+    kind = valid["workload"].kind if "workload" in valid else None
+    if kind == contract.STATEFULSET:
         problems.append(Problem(
             full_key(["nodes"]), nodes,
             "one number with workload.kind statefulset (its pods are replaced one identity each and never do without "
             "one); set workload.kind to job or jobset for an elastic world",
         ))
-    if "scheduling" in valid and valid["scheduling"].gang.scheduler == "kueue":
+    if "scheduling" in valid and valid["scheduling"].gang.scheduler == "kueue" and kind == contract.JOBSET:
         problems.append(Problem(
             full_key(["nodes"]), nodes,
-            "one number with scheduling.gang.scheduler kueue (Kueue admits the whole Job at its parallelism, so the world "
-            "could never train smaller); use scheduler none, or volcano (its PodGroup then admits MIN pods or more)",
+            "one number with scheduling.gang.scheduler kueue and workload.kind jobset (Kueue admits a JobSet whole, so "
+            "the world could never train smaller); use workload.kind job (Kueue then admits MIN to MAX pods, as its "
+            "quota holds), or scheduler none or volcano",
         ))
     if "rendezvous" in valid:
         rendezvous = valid["rendezvous"]

@@ -187,3 +187,23 @@ def test_up_returns_while_the_world_waits_in_its_queue(controllers_cluster, quot
     assert suspended(cluster, kind) and pods(cluster, NAMESPACE) == {}
     print(f"\n[figures] Kueue ({kind}): pulumi up returned {returned_after:.1f} s after it began, "
           "the world held back in its queue")  # fmt: skip
+
+
+def test_kueue_admits_an_elastic_job_partly_from_its_minimum(controllers_cluster, quota, pause_stack):
+    """nodes 2:4 in a quota of 3 pods: Kueue admits 3 of them (its partial admission, down to the
+    minimum the Job's annotation gives), lowers the Job's parallelism to 3, and 3 pods start."""
+    cluster = controllers_cluster
+    quota(3)
+    queued = {"workload__kind": contract.INDEXED_JOB, **queued_namespace(cluster, "team-a"), **SMALL_PODS}
+    pause_stack.up(nodes="2:4", **queued)
+    workload = wait_for(lambda: (w := kueue_workload(cluster, contract.INDEXED_JOB)) and condition(w, "Admitted").get("status") == "True" and w,
+                        120, "Kueue to admit part of the elastic world", interval=1)  # fmt: skip
+    assert admitted_pods(workload) == 3
+    job = get(cluster, "job", WORKLOAD, NAMESPACE)
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (3, 4)
+    wait_for(lambda: world_running(cluster, 3), 300, "3 pods Running", interval=1)
+    assert sorted(world_pods(cluster)) == [0, 1, 2]
+    # an unchanged `up` leaves the admitted Job as Kueue made it
+    pause_stack.up(nodes="2:4", **queued)
+    assert get(cluster, "job", WORKLOAD, NAMESPACE)["metadata"]["uid"] == job["metadata"]["uid"]
+    assert get(cluster, "job", WORKLOAD, NAMESPACE)["spec"]["parallelism"] == 3

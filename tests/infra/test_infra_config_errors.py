@@ -128,7 +128,7 @@ MALFORMED = [
      "ddp-infra:scheduling.gang.scheduler", "'kueue'"),
     # an elastic world needs pods any subset of which can form it, and a scheduler that admits part of it
     ("elastic-statefulset", {"nodes": "2:4", "workload.kind": "statefulset"}, "ddp-infra:nodes", "'2:4'"),
-    ("elastic-with-kueue", {"nodes": "2:4", "workload.kind": "job", "scheduling.gang.scheduler": "kueue", "scheduling.gang.queue": "team-a"},
+    ("elastic-jobset-with-kueue", {"nodes": "2:4", "workload.kind": "jobset", "scheduling.gang.scheduler": "kueue", "scheduling.gang.queue": "team-a"},
      "ddp-infra:nodes", "'2:4'"),
     ("elastic-store-on-pod-0", {"nodes": "2:4", "workload.kind": "job", "rendezvous.store": "pod-0"}, "ddp-infra:nodes", "'2:4'"),
     ("elastic-static", {"nodes": "2:4", "workload.kind": "jobset", "rendezvous.backend": "static"}, "ddp-infra:nodes", "'2:4'"),

@@ -81,3 +81,16 @@ def test_volcano_admits_an_elastic_world_once_its_minimum_fits():
     elastic, of_its_minimum = pod_group("2:5"), pod_group("2")
     assert elastic["minMember"] == 2
     assert elastic["minResources"] == of_its_minimum["minResources"]
+
+
+def test_kueue_may_admit_an_elastic_job_partly_down_to_its_minimum():
+    def job(nodes: str) -> dict:
+        values = stack_config_with("dev", nodes=nodes, workload__kind="job", scheduling__gang={"scheduler": "kueue", "queue": "team-a"})
+        evaluation = evaluate(values)
+        assert evaluation.error is None, str(evaluation.error)
+        return evaluation.one(JOB).manifest
+
+    elastic, fixed = job("2:5"), job("5")
+    assert elastic["metadata"]["annotations"]["kueue.x-k8s.io/job-min-parallelism"] == "2"
+    assert elastic["spec"]["parallelism"] == 5 and elastic["spec"]["suspend"] is True
+    assert "kueue.x-k8s.io/job-min-parallelism" not in fixed["metadata"].get("annotations", {})

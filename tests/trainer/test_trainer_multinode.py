@@ -391,3 +391,21 @@ def test_an_elastic_pod_below_its_minimum_waits_its_join_timeout_then_fails_sayi
     assert "[DDP] elastic world of 2:3 pods: it trains once 2 have joined" in text and "waits up to 5 s" in text, text[-3000:]
     assert "--nnodes=2:3" in text and "RendezvousTimeoutError" in text, text[-3000:]
     assert "[TRAIN]" not in text
+
+
+@pytest.mark.timeout(300)
+def test_a_pod_waiting_in_the_rendezvous_for_a_lost_peer_ends_at_once_on_sigterm(spawn, tmp_path):
+    """Pod 1 stopped by SIGTERM (deleted): pod 0's torchrun restarts its workers and waits in the
+    rendezvous of a store apart for a replacement. A SIGTERM there (its Job or JobSet deleted, the
+    world restarted) ends the pod well within the workers' shutdown timeout, not after it."""
+    port, store_port = free_port(), free_port()
+    start_store(spawn, store_port)
+    first, second = two_pods_past_step_16(spawn, tmp_path, port, **store_at(store_port), **{c.SHUTDOWN_TIMEOUT.name: "100"})
+    os.kill(second.pid, signal.SIGTERM)
+    assert second.wait(60) == c.EXIT_TERMINATED, second.text()[-3000:]
+    # pod 0's workers stopped at the SIGTERM checkpoint; its torchrun waits for the world again
+    first.wait_for(lambda text: text.count("[DDP] process global_rank=") == 1 and "[STOP]" in text, 60, "pod 0's world stopped")
+    time.sleep(5)
+    assert first.popen.poll() is None, first.text()[-3000:]
+    os.kill(first.pid, signal.SIGTERM)
+    assert first.wait(60) == c.EXIT_TERMINATED, first.text()[-3000:]
