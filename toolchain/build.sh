@@ -47,7 +47,7 @@ coredns_version=1.14.7
 # The GitHub Actions workflow linter.
 actionlint_version=1.7.12
 # The JobSet controller, an add-on of the test cluster (`workload.kind: jobset`).
-jobset_version=0.11.0
+jobset_version=0.12.0
 # The Kueue controller, an add-on of the test cluster (`scheduling.gang.scheduler: kueue`): the
 # newest release the proxy serves (it refuses 0.13 and 0.14).
 kueue_version=0.12.3
