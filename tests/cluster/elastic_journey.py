@@ -25,11 +25,18 @@ POD_CPU_MILLIS = 500
 PLACEHOLDER = "capacity-placeholder"
 PLACEHOLDER_NAMESPACE = "default"  # it is placed before the stack's namespace exists
 SAMPLES_DIR = "elastic-samples"  # under /out
-EPOCHS, SAMPLES, BATCH, SEED = 60, 16384, 256, 7  # the smoke task trains on all SAMPLES
+EPOCHS = 60  # long enough for three changes of size while it trains
+
+
+def _option(name: str) -> int:
+    return int(DISRUPTED_RUN[DISRUPTED_RUN.index(name) + 1])
+
+
+SAMPLES, BATCH, SEED = _option("--samples"), _option("--batch"), _option("--seed")  # the smoke task trains on all SAMPLES
 RUN_ARGS = [*DISRUPTED_RUN[: DISRUPTED_RUN.index("--epochs") + 1], str(EPOCHS), *DISRUPTED_RUN[DISRUPTED_RUN.index("--epochs") + 2 :],
             "--sample-record", f"{contract.OUT_MOUNT}/{SAMPLES_DIR}"]  # fmt: skip
 ELASTIC = {
-    "nodes": "2:3", "workload__kind": "job", "resources__requests__cpu": f"{POD_CPU_MILLIS}m", "run__args": RUN_ARGS,
+    "nodes": "2:3", "resources__requests__cpu": f"{POD_CPU_MILLIS}m", "run__args": RUN_ARGS,
     # a world below its maximum forms this long after its minimum joined (torchrun's last call)
     "rendezvous__lastCallTimeoutSeconds": "5",
     # each change of size can cost a pod one restart of its workers
@@ -124,7 +131,7 @@ def _grow_shrink_grow(cluster, dev_stack, kind: str) -> None:
     # Room for the minimum only: two pods' CPU, less a little, is left to the world.
     place_placeholder(cluster, free_cpu_millis(cluster) - 2 * POD_CPU_MILLIS - POD_CPU_MILLIS // 2)
     wait_for(lambda: placeholder_phase(cluster) == "Running", 120, "the placeholder running")
-    dev_stack.up(**{**ELASTIC, "workload__kind": kind})
+    dev_stack.up(**ELASTIC, workload__kind=kind)
     assert dev_stack.outputs["nodes"] == "2:3"
     wait_for(lambda: len(running_world_pods(cluster)) == 2 and newest_checkpoint(cluster)["step"] >= 0 and 1, 300,
              "a world of the minimum training")  # fmt: skip
