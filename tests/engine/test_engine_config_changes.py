@@ -93,7 +93,7 @@ def test_zero_nodes_fails_with_a_clear_message_and_changes_nothing(dev):
         output = result.output
         assert "ddp-infra:nodes" in output, output
         assert re.search(r"ddp-infra:nodes: got '?0'?", output), output
-        assert "allowed: an integer from 1 to 1024" in output, output
+        assert "allowed: a number of pods from 1 to 1024, or a range MIN:MAX of them with MIN < MAX for an elastic world (e.g. 64 or 32:64)" in output, output
         assert "Traceback" not in output, "a config mistake is reported as a message, not a stack trace"
     assert _without_timestamps(project.export_state("dev")) == state_before
     assert _render_snapshot(project.render_dir("dev")) == render_before
@@ -146,7 +146,7 @@ def test_a_node_count_that_is_not_a_number_is_refused_with_the_allowed_range(dev
             result = dev.project.preview_diff("dev", check=False)
     assert result.returncode != 0, result.describe()
     assert "nodes" in result.output and "abc" in result.output, result.output
-    assert "an integer from 1 to 1024" in result.output, result.output
+    assert "a number of pods from 1 to 1024, or a range MIN:MAX of them with MIN < MAX for an elastic world (e.g. 64 or 32:64)" in result.output, result.output
     assert "Traceback" not in result.output
 
 

@@ -111,7 +111,7 @@ def test_a_failed_preview_leads_with_its_error():
     preview, markdown = comment(recorded("dev-nodes-0"), "dev", status=255)
     assert preview.errors == [
         "error: invalid stack configuration (1 problem(s)); nothing was created:\n"
-        "  ddp-infra:nodes: got '0'; allowed: an integer from 1 to 1024",
+        "  ddp-infra:nodes: got '0'; allowed: a number of pods from 1 to 1024, or a range MIN:MAX of them with MIN < MAX for an elastic world (e.g. 64 or 32:64)",
         "error: an unhandled error occurred: program exited with non-zero exit code: 1",
     ]
     head, _, rest = markdown.partition("<details>")
