@@ -88,9 +88,7 @@ def _pods_replaced_one_by_one(world: World, template: dict[str, Any]) -> dict[st
     pod never started while the world trained smaller must not start a world of its own after it.
     """
     spec: dict[str, Any] = {
-        "completionMode": "Indexed",
-        "completions": world.nnodes,
-        "parallelism": world.nnodes,
+        **_indexed(world),
         "backoffLimit": world.config.workload.backoff_limit,
         # A replacement pod starts only once the failed one is gone, so an index is never doubled.
         "podReplacementPolicy": "Failed",
@@ -102,6 +100,11 @@ def _pods_replaced_one_by_one(world: World, template: dict[str, Any]) -> dict[st
     return spec
 
 
+def _indexed(world: World) -> dict[str, Any]:
+    """One pod per node, each of its own index."""
+    return {"completionMode": "Indexed", "completions": world.nnodes, "parallelism": world.nnodes}
+
+
 def _suspended(world: World) -> dict[str, Any]:
     return {"suspend": True} if gang.starts_suspended(world) else {}
 
@@ -110,10 +113,10 @@ def jobset_manifest(world: World, template: dict[str, Any]) -> dict[str, Any]:
     """A JobSet of one Indexed Job, one pod per node.
 
     Any pod's failure fails the Job at once (backoffLimit 0), and the JobSet restarts the whole
-    world, which resumes from its checkpoint, up to `workload.backoffLimit` times. An elastic
-    world's Job is the plain Job's instead: the world goes on smaller while a lost pod is replaced. The old world's
+    world, which resumes from its checkpoint, up to `workload.backoffLimit` times. The old world's
     pods are gone (each wrote its SIGTERM checkpoint) before the new one starts (BlockingRecreate),
-    so two worlds never write one run. A pod env that describes no world fails the JobSet at once.
+    so two worlds never write one run. An elastic world's Job is the plain Job's instead: the world
+    goes on smaller while a lost pod is replaced. A pod env that describes no world fails the JobSet at once.
     The JobSet's network uses the stack's own headless Service, which exists before it.
     """
     job = contract.JOBSET_REPLICATED_JOB
@@ -129,9 +132,7 @@ def jobset_manifest(world: World, template: dict[str, Any]) -> dict[str, Any]:
                 "template": {
                     "metadata": {"labels": world.labels(CONTAINER_NAME)},
                     "spec": _pods_replaced_one_by_one(world, template) if world.elastic else {
-                        "completionMode": "Indexed",
-                        "completions": world.nnodes,
-                        "parallelism": world.nnodes,
+                        **_indexed(world),
                         "backoffLimit": 0,
                         "podFailurePolicy": {"rules": [_fail_job_on_bad_env()]},
                         "template": template,

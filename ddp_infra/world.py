@@ -68,12 +68,12 @@ class World:
     @property
     def nnodes_text(self) -> str:
         """NNODES as the pods and torchrun read it: "4", or an elastic world's "2:4"."""
-        return f"{self.min_nodes}:{self.nnodes}" if self.elastic else str(self.nnodes)
+        return contract.range_text(self.min_nodes, self.nnodes)
 
     @property
     def world_size_text(self) -> str:
         """WORLD_SIZE as the pods read it: "8", or an elastic world's range of sizes, "4:8"."""
-        return f"{self.min_nodes * self.nproc_per_node}:{self.world_size}" if self.elastic else str(self.world_size)
+        return contract.range_text(self.min_nodes * self.nproc_per_node, self.world_size)
 
     # --- names ---------------------------------------------------------------------------------
     @property
@@ -108,7 +108,7 @@ class World:
     def rdzv_id(self) -> str:
         """Unique to the stack and the world's shape: pods of a world of another size (or range of
         sizes) never join this one."""
-        nodes = f"{self.min_nodes}-{self.nnodes}" if self.elastic else str(self.nnodes)
+        nodes = self.nnodes_text.replace(":", "-")
         return f"{self.project}-{self.stack}-{self.workload_name}-{nodes}x{self.nproc_per_node}"
 
     @property

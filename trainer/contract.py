@@ -195,6 +195,22 @@ LEGACY_JOB_NAME = "JOB_NAME"
 JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"  # set by Kubernetes in every Indexed Job pod
 
 
+def range_text(minimum: int, maximum: int) -> str:
+    """NNODES or WORLD_SIZE as the pods and torchrun read them: "4", or an elastic world's "2:4"."""
+    return f"{minimum}:{maximum}" if minimum < maximum else str(maximum)
+
+
+def parse_range(text: str) -> tuple[int, int] | None:
+    """(MIN, MAX) of range_text's "N" (MIN = MAX = N) or "MIN:MAX" with 1 <= MIN < MAX; None otherwise."""
+    parts = text.strip().split(":")
+    if len(parts) > 2 or not all(part.isascii() and part.isdigit() for part in parts):
+        return None
+    minimum, maximum = int(parts[0]), int(parts[-1])
+    if minimum < 1 or (len(parts) == 2 and minimum >= maximum):
+        return None
+    return minimum, maximum
+
+
 def pod_hostname(kind: str, workload_name: str, index: int) -> str:
     """The hostname Kubernetes gives the workload's pod `index`.
 

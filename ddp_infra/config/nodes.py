@@ -6,12 +6,13 @@ in up to MAX, and re-forms at whatever size in between the cluster gives it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
+
+from trainer import contract
 
 MAX_NODES = 1024  # a StatefulSet this size is already far beyond what one rendezvous handles well
 
@@ -27,19 +28,16 @@ class NodeRange:
 
     def __str__(self) -> str:
         """As `pulumi config set nodes` takes it, and torchrun's --nnodes: "4", or "2:4"."""
-        return f"{self.minimum}:{self.maximum}" if self.elastic else str(self.maximum)
+        return contract.range_text(self.minimum, self.maximum)
 
 
 def _node_range(value: Any) -> NodeRange:
     if isinstance(value, NodeRange):
         return value
-    text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
-    match = re.fullmatch(r"([0-9]+)(?::([0-9]+))?", text)
-    if match:
-        minimum = int(match.group(1))
-        maximum = int(match.group(2)) if match.group(2) is not None else minimum
-        if 1 <= minimum and maximum <= MAX_NODES and (match.group(2) is None or minimum < maximum):
-            return NodeRange(minimum, maximum)
+    text = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+    parsed = contract.parse_range(text)
+    if parsed and parsed[1] <= MAX_NODES:
+        return NodeRange(*parsed)
     raise PydanticCustomError("pattern", "{allowed}", {"allowed": _node_range.allowed})  # type: ignore[attr-defined]
 
 

@@ -84,16 +84,17 @@ class PodWorld:
     @property
     def nnodes_text(self) -> str:
         """torchrun's --nnodes: "4", or an elastic world's "2:4"."""
-        return f"{self.min_nodes}:{self.nnodes}" if self.min_nodes is not None else str(self.nnodes)
+        return c.range_text(self.min_nodes or self.nnodes, self.nnodes)
+
+    @property
+    def world_size_text(self) -> str:
+        """WORLD_SIZE as the pod env says it: "8", or an elastic world's "4:8"."""
+        return c.range_text((self.min_nodes or self.nnodes) * self.nproc_per_node, self.world_size)
 
     @property
     def hosts_rendezvous(self) -> bool:
-        """Node 0's agent hosts the store of static, and of c10d unless the endpoint is another
-        address than node 0's (a store of its own): node 0 must not wait for itself."""
-        on_node_0 = self.rdzv_backend == "static" or (
-            self.rdzv_backend == "c10d" and self.rdzv_endpoint == f"{self.master_addr}:{self.master_port}"
-        )
-        return on_node_0 and self.node_rank == 0
+        """Node 0's agent hosts the store where it lives on pod 0 (_store_on_pod_0): node 0 must not wait for itself."""
+        return _store_on_pod_0(self.rdzv_backend, self.rdzv_endpoint, self.master_addr, self.master_port) and self.node_rank == 0
 
     def elastic_rule(self) -> str | None:
         """What an elastic world does with its size, for the pod's log; None for a world of one size."""
@@ -106,7 +107,7 @@ class PodWorld:
     def summary(self) -> str:
         return (
             f"[DDP] pod_index={self.node_rank} nnodes={self.nnodes_text} nproc_per_node={self.nproc_per_node} "
-            f"world_size={self.world_size if self.min_nodes is None else f'{self.min_nodes * self.nproc_per_node}:{self.world_size}'} master={self.master_addr}:{self.master_port} "
+            f"world_size={self.world_size_text} master={self.master_addr}:{self.master_port} "
             f"rdzv={self.rdzv_backend}@{self.rdzv_endpoint} rdzv_id={self.rdzv_id} "
             f"max_restarts={self.max_restarts} rank_from={self.rank_source} run={self.run_name}"
         )
@@ -146,11 +147,10 @@ class _Reader:
         value = self.text(name)
         if value is None:
             return None
-        parts = value.split(":")
-        if len(parts) <= 2 and all(part.isdigit() and part.isascii() for part in parts):
-            numbers = [int(part) for part in parts]
-            if numbers[0] >= 1 and (len(numbers) == 1 or numbers[0] < numbers[1]):
-                return numbers[-1], (numbers[0] if len(numbers) == 2 else None)
+        parsed = c.parse_range(value)
+        if parsed:
+            minimum, maximum = parsed
+            return maximum, (minimum if minimum < maximum else None)
         self.problem(name, value, "a whole number >= 1, or MIN:MAX with 1 <= MIN < MAX (an elastic world)")
         return None
 
@@ -280,9 +280,10 @@ def _world_size(r: _Reader, nnodes: int | None, min_nodes: int | None, nproc: in
     text = r.text(c.WORLD_SIZE.name)
     if text is None or not (nnodes and nproc):
         return None
-    expected = f"{min_nodes * nproc}:{nnodes * nproc}" if min_nodes is not None else str(nnodes * nproc)
+    fewest = min_nodes or nnodes
+    expected = c.range_text(fewest * nproc, nnodes * nproc)
     if text != expected:
-        shape = f"{min_nodes}:{nnodes}" if min_nodes is not None else str(nnodes)
+        shape = c.range_text(fewest, nnodes)
         r.problem(c.WORLD_SIZE.name, text, f"{c.NNODES.name} x {c.NPROC_PER_NODE.name} = {shape} x {nproc} = {expected}")
         return None
     return nnodes * nproc
@@ -290,13 +291,18 @@ def _world_size(r: _Reader, nnodes: int | None, min_nodes: int | None, nproc: in
 
 def _check_elastic_rendezvous(r: _Reader, backend: str | None, endpoint: str | None, master_addr: str | None, master_port: int | None) -> None:
     """An elastic world forms from any of its pods: its rendezvous cannot live on pod 0."""
-    on_pod_0 = backend == "c10d" and endpoint == f"{master_addr}:{master_port}"
-    if backend == "static" or on_pod_0:
+    if _store_on_pod_0(backend, endpoint, master_addr, master_port):
         r.problem(
             c.RDZV_BACKEND.name if backend == "static" else c.RDZV_ENDPOINT.name, backend if backend == "static" else endpoint,
             f"with {c.NNODES.name} a range (an elastic world), a c10d store apart from pod 0 or etcd-v2 "
             "(a world of any of its pods must be able to form)",
         )
+
+
+def _store_on_pod_0(backend: str | None, endpoint: str | None, master_addr: str | None, master_port: int | None) -> bool:
+    """Node 0's agent hosts the store: static's always, c10d's unless the endpoint is another
+    address than node 0's (a store of its own)."""
+    return backend == "static" or (backend == "c10d" and endpoint == f"{master_addr}:{master_port}")
 
 
 def _rdzv_id(r: _Reader, value: str | None) -> str | None:
