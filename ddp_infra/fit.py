@@ -29,7 +29,7 @@ from typing import Any, Optional
 import pulumi
 
 from .config import StackConfig, parse_quantity
-from .gang import amount_text, pod_requests
+from .gang import amount_text, fewest_pods_admitted, pod_requests
 from .names import PROJECT
 from .pod import pod_template
 from .queue_quota import QueueLimit, kueue_limit, queue_problem, volcano_limit
@@ -226,7 +226,7 @@ def require_world_fits(world: World) -> None:
     except (OSError, RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as error:
         pulumi.log.warn(f"whether the world's queue can ever admit it is not checked: {error}; set {key} to off to skip this")
         limit = None
-    if limit and (problem := queue_problem(ask.requests, world.min_nodes, limit)):
+    if limit and (problem := queue_problem(ask.requests, fewest_pods_admitted(world), limit)):
         if mode == "warn":
             pulumi.log.warn(f"the world may wait in its queue for ever: {problem}")
         else:

@@ -13,7 +13,9 @@ while the rest waits for capacity, and two such worlds can hold each other's hal
   the world's whole resources, so that Volcano enqueues it only when its queue can hold it.
 - An **elastic** world (`nodes: MIN:MAX`) is admitted from its minimum: Volcano's `minMember` is
   MIN, and Kueue may admit an elastic Job partly (its partial admission: as many pods as the
-  quota holds, at least MIN, Kueue lowering the Job's parallelism to that).
+  quota holds, at least MIN, Kueue lowering the Job's parallelism to that). A Job's spare pods
+  (`workload.sparePods`) are admitted the same way, as the quota holds; a JobSet's are admitted
+  with it, whole.
 
 Pure functions of the `World`, like ddp_infra.pod and ddp_infra.workload, which call them.
 """
@@ -53,11 +55,20 @@ def workload_labels(world: World) -> dict[str, str]:
 
 
 def workload_annotations(world: World) -> dict[str, str]:
-    """An elastic Job's Kueue annotation: Kueue may admit it partly, as many pods as its quota
-    holds and at least the world's minimum (Kueue then lowers the Job's parallelism to that)."""
-    if not (uses(world, "kueue") and world.elastic and world.workload_kind == contract.INDEXED_JOB):
+    """The Kueue annotation of a Job whose world forms from any of its pods (elastic, or with
+    spares): Kueue may admit it partly, as many pods as its quota holds and at least the world's
+    minimum (Kueue then lowers the Job's parallelism to that)."""
+    if not (uses(world, "kueue") and world.forms_from_any_pods and world.workload_kind == contract.INDEXED_JOB):
         return {}
     return {KUEUE_MIN_PARALLELISM_ANNOTATION: str(world.min_nodes)}
+
+
+def fewest_pods_admitted(world: World) -> int:
+    """The fewest pods the world is admitted with: its minimum, but every pod of a JobSet under
+    Kueue, which admits a JobSet whole, its spares with it."""
+    if uses(world, "kueue") and world.workload_kind == contract.JOBSET:
+        return world.pods
+    return world.min_nodes
 
 
 def starts_suspended(world: World) -> bool:

@@ -122,10 +122,10 @@ def disruption_budget_manifest(world: World) -> dict[str, Any]:
 
 def disruption_budget_min_available(world: World) -> int:
     """A fixed world may lose workload.maxUnavailable pods at once (it stops at a checkpoint and
-    re-forms whole); an elastic one as many, and never so many that it falls below its minimum,
-    where it would stop training instead of going on smaller."""
+    re-forms whole, with a spare where it has one); an elastic one as many, and never so many that
+    it falls below its minimum, where it would stop training instead of going on smaller."""
     lowest = world.min_nodes if world.elastic else 0
-    return max(lowest, world.nnodes - world.config.workload.max_unavailable)
+    return max(lowest, world.pods - world.config.workload.max_unavailable)
 
 
 def service_account_manifest(world: World) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def shutdown_timeout(grace_period_seconds: int) -> int:
 _OPTIONAL_ENV = frozenset(
     var.name
     for var in (
-        contract.MODELS_DIR, contract.NCCL_SOCKET_IFNAME, contract.GLOO_SOCKET_IFNAME,
+        contract.SPARE_PODS, contract.MODELS_DIR, contract.NCCL_SOCKET_IFNAME, contract.GLOO_SOCKET_IFNAME,
         contract.HF_TOKEN, contract.HUGGINGFACE_HUB_TOKEN,
     )
 )
@@ -112,6 +112,8 @@ def pod_env(world: World) -> list[dict[str, Any]]:
         contract.HANG_TIMEOUT_FLOOR.name: {"value": str(config.workload.hang_timeout.floor_seconds)},
         contract.HANG_TIMEOUT_CEILING.name: {"value": str(config.workload.hang_timeout.ceiling_seconds)},
     }
+    if world.spare_pods:
+        sources[contract.SPARE_PODS.name] = {"value": str(world.spare_pods)}
     if config.network.infiniband:
         for var, value in ((contract.NCCL_IB_HCA, config.network.ib_hca), (contract.NCCL_IB_GID_INDEX, config.network.ib_gid_index)):
             if value is not None:

@@ -83,9 +83,10 @@ def job_manifest(world: World, template: dict[str, Any]) -> dict[str, Any]:
 def _pods_replaced_one_by_one(world: World, template: dict[str, Any]) -> dict[str, Any]:
     """An Indexed Job of one pod per node whose lost pods are replaced, each on its own.
 
-    An elastic world's Job ends when any pod succeeds: a pod exits 0 only once the run is done
-    (every rank leaves together, ddp_infra's trainer at its closing barrier), and an index whose
-    pod never started while the world trained smaller must not start a world of its own after it.
+    A world formed from any of its pods (elastic, or with spares) ends when any pod succeeds: a pod
+    exits 0 only once the run is done (every rank leaves together, ddp_infra's trainer at its
+    closing barrier), and an index whose pod never trained (a spare, or a pod with no room while
+    the world trained smaller) must not start a world of its own after it.
     """
     spec: dict[str, Any] = {
         **_indexed(world),
@@ -95,14 +96,14 @@ def _pods_replaced_one_by_one(world: World, template: dict[str, Any]) -> dict[st
         "podFailurePolicy": {"rules": _pod_failure_rules()},
         "template": template,
     }
-    if world.elastic:
+    if world.forms_from_any_pods:
         spec["successPolicy"] = {"rules": [{"succeededCount": 1}]}
     return spec
 
 
 def _indexed(world: World) -> dict[str, Any]:
-    """One pod per node, each of its own index."""
-    return {"completionMode": "Indexed", "completions": world.nnodes, "parallelism": world.nnodes}
+    """One pod per node and per spare, each of its own index."""
+    return {"completionMode": "Indexed", "completions": world.pods, "parallelism": world.pods}
 
 
 def _suspended(world: World) -> dict[str, Any]:
@@ -115,8 +116,8 @@ def jobset_manifest(world: World, template: dict[str, Any]) -> dict[str, Any]:
     Any pod's failure fails the Job at once (backoffLimit 0), and the JobSet restarts the whole
     world, which resumes from its checkpoint, up to `workload.backoffLimit` times. The old world's
     pods are gone (each wrote its SIGTERM checkpoint) before the new one starts (BlockingRecreate),
-    so two worlds never write one run. An elastic world's Job is the plain Job's instead: the world
-    goes on smaller while a lost pod is replaced. A pod env that describes no world fails the JobSet at once.
+    so two worlds never write one run. The Job of a world formed from any of its pods is the plain
+    Job's instead: the world goes on smaller, or with a spare, while a lost pod is replaced. A pod env that describes no world fails the JobSet at once.
     The JobSet's network uses the stack's own headless Service, which exists before it.
     """
     job = contract.JOBSET_REPLICATED_JOB
@@ -131,7 +132,7 @@ def jobset_manifest(world: World, template: dict[str, Any]) -> dict[str, Any]:
                 "replicas": 1,
                 "template": {
                     "metadata": {"labels": world.labels(CONTAINER_NAME)},
-                    "spec": _pods_replaced_one_by_one(world, template) if world.elastic else {
+                    "spec": _pods_replaced_one_by_one(world, template) if world.forms_from_any_pods else {
                         **_indexed(world),
                         "backoffLimit": 0,
                         "podFailurePolicy": {"rules": [_fail_job_on_bad_env()]},
@@ -141,8 +142,8 @@ def jobset_manifest(world: World, template: dict[str, Any]) -> dict[str, Any]:
             }],
             "successPolicy": {"operator": "All", "targetReplicatedJobs": [job]},
             "failurePolicy": {
-                # an elastic world's Job replaces its lost pods itself (workload.backoffLimit of them)
-                "maxRestarts": 0 if world.elastic else world.config.workload.backoff_limit,
+                # such a world's Job replaces its lost pods itself (workload.backoffLimit of them)
+                "maxRestarts": 0 if world.forms_from_any_pods else world.config.workload.backoff_limit,
                 "restartStrategy": "BlockingRecreate",
                 # The Job's only pod failure policy that fails it is the bad env's: no restart can fix that.
                 "rules": [{"name": "pod_env_describes_no_world", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],

@@ -28,6 +28,7 @@ class World:
     workload_name: str
     nnodes: int  # the most pods the world has: nodes, or an elastic world's MAX
     min_nodes: int  # the fewest it trains with: nnodes, or an elastic world's MIN
+    spare_pods: int  # pods beyond nnodes, waiting to take a lost pod's place
     nproc_per_node: int
     rendezvous_port: int
     run_name: str
@@ -46,6 +47,7 @@ class World:
             workload_name=config.workload.name,
             nnodes=config.nodes.maximum,
             min_nodes=config.nodes.minimum,
+            spare_pods=config.workload.spare_pods,
             nproc_per_node=config.nproc_per_node,
             rendezvous_port=config.rendezvous.port,
             run_name=config.run.name or config.workload.name,
@@ -59,6 +61,17 @@ class World:
     def elastic(self) -> bool:
         """The world trains at any size from min_nodes to nnodes pods (torchrun --nnodes MIN:MAX)."""
         return self.min_nodes < self.nnodes
+
+    @property
+    def pods(self) -> int:
+        """The workload's pods: the world's most, and its spares."""
+        return self.nnodes + self.spare_pods
+
+    @property
+    def forms_from_any_pods(self) -> bool:
+        """Which pods train is decided as they join: an elastic world's, and one with spares. No
+        pod is needed in every world, pod 0 included, and one pod's success is the run's."""
+        return self.elastic or self.spare_pods > 0
 
     @property
     def world_size(self) -> int:

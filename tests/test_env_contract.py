@@ -144,6 +144,38 @@ def test_an_elastic_world_whose_store_is_on_pod_0_is_refused_by_the_pod_too():
     assert problem.name == contract.RDZV_ENDPOINT.name and "a c10d store apart from pod 0" in problem.allowed
 
 
+@pytest.mark.parametrize("stack", harness.STACKS)
+@pytest.mark.parametrize("kind", (contract.INDEXED_JOB, contract.JOBSET))
+def test_spare_pods_reach_every_pod_which_joins_the_same_world_of_nodes(stack, kind):
+    parsed, world = configured(stack, nodes="4", workload__kind=kind, workload__sparePods="2")
+    env = infra_pod.pod_env(world)
+    values = {var["name"]: var.get("value") for var in env}
+    assert (values[contract.NNODES.name], values[contract.SPARE_PODS.name]) == ("4", "2")
+    for index in (0, 3, 4, 5):  # the spares' indexes follow the world's
+        pod, hostname = pod_of(world, index)
+        seen = resolve_world(kubelet_env(env, pod, {}), hostname)
+        assert (seen.node_rank, seen.nnodes, seen.spare_pods, seen.min_nodes) == (index, 4, 2, None)
+        assert not seen.hosts_rendezvous
+        argv = torchrun_argv(seen, list(parsed.run.args))
+        assert "--nnodes=4" in argv and f"--rdzv-id={world.rdzv_id}" in argv
+    # spares do not change the world: its rendezvous is the one it has without them
+    assert configured(stack, nodes="4", workload__kind=kind)[1].rdzv_id == world.rdzv_id
+    pod, hostname = pod_of(world, 6)
+    with pytest.raises(WorldError, match=r"a node rank below NNODES \+ SPARE_PODS = 6"):
+        resolve_world(kubelet_env(env, pod, {}), hostname)
+    assert contract.SPARE_PODS.name not in {var["name"] for var in infra_pod.pod_env(configured(stack, nodes="4", workload__kind=kind)[1])}
+
+
+def test_spare_pods_whose_store_is_on_pod_0_are_refused_by_the_pod_too():
+    _, world = configured("dev", nodes="3", workload__kind=contract.INDEXED_JOB, rendezvous__store="pod-0")
+    env = [*infra_pod.pod_env(world), {"name": contract.SPARE_PODS.name, "value": "1"}]
+    pod, hostname = pod_of(world, 3)
+    with pytest.raises(WorldError) as refused:
+        resolve_world(kubelet_env(env, pod, {}), hostname)
+    (problem,) = refused.value.problems
+    assert problem.name == contract.RDZV_ENDPOINT.name and "with SPARE_PODS set, a c10d store apart from pod 0" in problem.allowed
+
+
 @pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
 def test_with_the_store_on_pod_0_pod_0_hosts_it_and_the_others_wait_for_pod_0(kind):
     _, world = configured("dev", nodes="3", workload__kind=kind, rendezvous__store="pod-0")

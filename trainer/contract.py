@@ -14,8 +14,9 @@ Meanings (one meaning each, everywhere):
   NNODES x NPROC_PER_NODE (the same meaning torch.distributed gives it; an elastic world's is a
   range too, MIN x NPROC_PER_NODE:MAX x NPROC_PER_NODE, and torchrun gives each process the size
   of the world it is in);
-- NODE_RANK is the pod's index, 0 .. NNODES-1. A process's global RANK is set by torchrun,
-  never by the pod env, so the two cannot be confused.
+- NODE_RANK is the pod's index, 0 .. NNODES-1 (0 .. NNODES+SPARE_PODS-1 with spare pods, which
+  wait to take a lost pod's place). A process's global RANK is set by torchrun, never by the pod
+  env, so the two cannot be confused.
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ NODE_RANK = EnvVar(
     "NODE_RANK",
     f"the pod's index, from the {POD_INDEX_LABEL} label (StatefulSet) or the completion index "
     "(Indexed Job, JobSet); may be empty on clusters without the label, then the hostname ordinal is used",
+    required=False,
+)
+SPARE_PODS = EnvVar(
+    "SPARE_PODS",
+    "pods beyond NNODES that wait in the rendezvous and take a lost pod's place at once (unset: 0); the first "
+    "NNODES to join train, whichever their index",
     required=False,
 )
 

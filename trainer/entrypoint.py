@@ -37,7 +37,7 @@ from typing import Mapping, Sequence
 
 from trainer import console
 from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED, EXIT_TERMINATED
-from trainer.pod.launch import GO, ArgsError, held_back, torchrun_argv, torchrun_env
+from trainer.pod.launch import GO, SPARE_UNUSED, ArgsError, held_back, torchrun_argv, torchrun_env
 from trainer.pod.preflight import preflight
 from trainer.pod.env import PodWorld, WorldError, resolve_world
 
@@ -105,7 +105,7 @@ def main(user_args: Sequence[str]) -> int:
     try:
         code = _start(user_args, supervisor)
     except Terminated as stopped:
-        console.line(f"[DDP] {stopped} before torchrun started: exiting", stream=sys.stderr)
+        console.line(f"[DDP] {stopped} while no torchrun ran: exiting", stream=sys.stderr)
         return EXIT_TERMINATED
     return EXIT_TERMINATED if supervisor.terminated and code != 0 else code
 
@@ -119,8 +119,9 @@ def _start(user_args: Sequence[str], supervisor: _Supervisor) -> int:
         console.line(f"[DDP] cannot start: {exc}", stream=sys.stderr)
         return EXIT_BAD_ENV
     console.line(world.summary())
-    if rule := world.elastic_rule():
-        console.line(rule)
+    for rule in (world.elastic_rule(), world.spare_rule()):
+        if rule:
+            console.line(rule)
     rejoins_left = 0 if world.hosts_rendezvous else world.max_restarts
     while True:
         checked = preflight(world, env, world.master_wait_timeout)
@@ -135,12 +136,24 @@ def _start(user_args: Sequence[str], supervisor: _Supervisor) -> int:
         console.line(f"[DDP] torchrun {shlex.join(argv)}")
         run_env = {**torchrun_env(world, env), **checked.env}
         code = supervisor.run(argv, run_env)
+        if code == SPARE_UNUSED and not supervisor.terminated:
+            _wait_out_as_unused_spare()
         if code == 0 or supervisor.terminated or rejoins_left == 0:
             return code
         rejoins_left -= 1
         console.line(f"[DDP] re-joining: torchrun exited with {code}, the world broke up (its rendezvous store lost?); "
                      f"waiting for {world.rdzv_endpoint} to come back ({rejoins_left} re-joins left)")  # fmt: skip
         supervisor.start_ahead(argv, run_env)
+
+
+def _wait_out_as_unused_spare() -> None:
+    """The world this spare waited for ended. Exiting would tell the Job something untrue: a
+    failure it counts, or a success that completes it whatever the world's end. Starting again
+    could form a world of spares after the run. So the pod waits for its Job to end it (the Job
+    ends at the world's first success, or fails with the world), and SIGTERM ends the wait."""
+    console.line("[DDP] the world ended while this pod waited as a spare: waiting for its Job to end this pod")
+    while True:
+        signal.pause()
 
 
 if __name__ == "__main__":

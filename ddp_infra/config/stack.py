@@ -198,6 +198,8 @@ def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
             ))
     if have("nodes") and valid["nodes"].elastic:
         problems += _elastic_world_problems(valid)
+    if have("workload") and valid["workload"].spare_pods:
+        problems += _spare_pods_problems(valid)
     if have("network", "annotations") and valid["network"].secondary_networks:
         if SECONDARY_NETWORKS_ANNOTATION in valid["annotations"]:
             problems.append(Problem(
@@ -254,13 +256,43 @@ def _elastic_world_problems(valid: dict[str, Any]) -> list[Problem]:
             "the world could never train smaller); use workload.kind job (Kueue then admits MIN to MAX pods, as its "
             "quota holds), or scheduler none or volcano",
         ))
-    if "rendezvous" in valid:
-        rendezvous = valid["rendezvous"]
-        if rendezvous.backend == "static" or (rendezvous.backend == "c10d" and rendezvous.store == "pod-0"):
-            where = "backend static" if rendezvous.backend == "static" else "store pod-0"
-            problems.append(Problem(
-                full_key(["nodes"]), nodes,
-                f"one number with rendezvous.{where} (the world would need pod 0 in every size); an elastic world needs "
-                "rendezvous.backend c10d with store own-pod (the defaults), or etcd-v2",
-            ))
+    if where := _rendezvous_on_pod_0(valid):
+        problems.append(Problem(
+            full_key(["nodes"]), nodes,
+            f"one number with rendezvous.{where} (the world would need pod 0 in every size); an elastic world needs "
+            f"{_RENDEZVOUS_APART}",
+        ))
     return problems
+
+
+def _spare_pods_problems(valid: dict[str, Any]) -> list[Problem]:
+    """What spare pods need: a world formed from whichever pods join first, and a workload whose
+    lost pods are replaced one by one."""
+    problems: list[Problem] = []
+    spares = valid["workload"].spare_pods
+    if valid["workload"].kind == contract.STATEFULSET:
+        problems.append(Problem(
+            full_key(["workload", "sparePods"]), repr(spares),
+            "0 with workload.kind statefulset (its lost pod is replaced at once, in its own identity); "
+            "set workload.kind to job or jobset for spare pods",
+        ))
+    if where := _rendezvous_on_pod_0(valid):
+        problems.append(Problem(
+            full_key(["workload", "sparePods"]), repr(spares),
+            f"0 with rendezvous.{where} (a spare takes any pod's place, pod 0's too); spare pods need {_RENDEZVOUS_APART}",
+        ))
+    return problems
+
+
+_RENDEZVOUS_APART = "rendezvous.backend c10d with store own-pod (the defaults), or etcd-v2"
+
+
+def _rendezvous_on_pod_0(valid: dict[str, Any]) -> str | None:
+    """The setting that puts the rendezvous on pod 0, so that no world forms without it
+    ("backend static" or "store pod-0"); None where it lives apart."""
+    rendezvous = valid.get("rendezvous")
+    if rendezvous is None:
+        return None
+    if rendezvous.backend == "static":
+        return "backend static"
+    return "store pod-0" if rendezvous.backend == "c10d" and rendezvous.store == "pod-0" else None

@@ -8,6 +8,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from trainer import contract
 
+from .nodes import MAX_NODES
 from .scalars import Duration, Model, WorkloadName, field_problem, pattern
 
 
@@ -58,6 +59,12 @@ class WorkloadConfig(Model):
     max_unavailable: int = Field(
         1, ge=0, le=100000,
         description="Healthy pods a voluntary disruption (a node drain) may evict at once; each stops the world at a checkpoint and it re-forms. 0: drains wait for the run to end.",
+    )
+    spare_pods: int = Field(
+        0, ge=0, le=MAX_NODES,
+        description="job, jobset: pods beyond `nodes` that start with the world and wait in its rendezvous; when a pod is "
+        "lost one takes its place at once, where the Job would create its replacement only after its back-off "
+        "(10 s, doubling with each loss). The world keeps its size, so the run's result is unchanged.",
     )
     backoff_limit: int = Field(
         3, ge=0, le=100,

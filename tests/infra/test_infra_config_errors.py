@@ -132,6 +132,12 @@ MALFORMED = [
      "ddp-infra:nodes", "'2:4'"),
     ("elastic-store-on-pod-0", {"nodes": "2:4", "workload.kind": "job", "rendezvous.store": "pod-0"}, "ddp-infra:nodes", "'2:4'"),
     ("elastic-static", {"nodes": "2:4", "workload.kind": "jobset", "rendezvous.backend": "static"}, "ddp-infra:nodes", "'2:4'"),
+    # spare pods take any pod's place: pods replaced one by one, a rendezvous that lives apart from pod 0
+    ("spares-statefulset", {"workload.kind": "statefulset", "workload.sparePods": 1}, "ddp-infra:workload.sparePods", "1"),
+    ("spares-store-on-pod-0", {"workload.kind": "job", "workload.sparePods": 2, "rendezvous.store": "pod-0"},
+     "ddp-infra:workload.sparePods", "2"),
+    ("spares-static", {"workload.kind": "jobset", "workload.sparePods": 1, "rendezvous.backend": "static"},
+     "ddp-infra:workload.sparePods", "1"),
     ("queue-without-scheduler", {"scheduling.gang.queue": "team-a"}, "ddp-infra:scheduling.gang.queue", "'team-a'"),
     ("workload-priority-with-volcano", {"scheduling.gang.scheduler": "volcano", "scheduling.gang.workloadPriorityClass": "high"},
      "ddp-infra:scheduling.gang.workloadPriorityClass", "'high'"),

@@ -93,7 +93,7 @@ def test_sigterm_while_waiting_for_the_master_ends_the_pod_at_once():
         kill_tree(proc.pid)
         proc.wait()
     assert proc.returncode == c.EXIT_TERMINATED
-    assert "SIGTERM before torchrun started" in proc.stderr.read()
+    assert "SIGTERM while no torchrun ran" in proc.stderr.read()
 
 
 # A worker that, on SIGTERM, needs `seconds` to write its checkpoint (a marker file).

@@ -410,3 +410,67 @@ def test_a_pod_waiting_in_the_rendezvous_for_a_lost_peer_ends_at_once_on_sigterm
     assert first.popen.poll() is None, first.text()[-3000:]
     os.kill(first.pid, signal.SIGTERM)
     assert first.wait(60) == c.EXIT_TERMINATED, first.text()[-3000:]
+
+
+def start_world_with_a_spare(spawn, tmp_path, args, **env):
+    """A Job's world of 2 pods and 1 spare (SPARE_PODS=1) at a store apart: three pods, indexes 0-2,
+    and how to start pod i again (a replacement, as the Job starts one)."""
+    port, store_port = free_port(), free_port()
+    start_store(spawn, store_port)
+    spare = {c.SPARE_PODS.name: "1", **store_at(store_port), **RESTARTS, **env}
+
+    def start(index: int):
+        return start_pod(spawn, f"ddp-{index}", port, tmp_path, args, kind=c.INDEXED_JOB, **{c.JOB_COMPLETION_INDEX: str(index)}, **spare)
+
+    return [start(index) for index in range(3)], start
+
+
+def training_pods(pods) -> list:
+    """The pods whose training processes run (the spare has none)."""
+    return [pod for pod in pods if worker_pids(pod.pid)]
+
+
+@pytest.mark.timeout(420)
+def test_a_spare_takes_a_lost_pods_place_and_the_world_ends_as_an_uninterrupted_run(spawn, tmp_path, reference_result):
+    """Two pods train and a third waits as a spare. Killed with no grace, a training pod leaves the
+    world; the spare joins the next one at once, which resumes from the checkpoint with the same
+    size. The lost pod's replacement, started as the Job would, waits as the next spare: no world
+    forms again, and the run ends with the uninterrupted run's result."""
+    expected = reference_result(LONG_ARGS)
+    pods, start = start_world_with_a_spare(spawn, tmp_path, LONG_ARGS)
+    wait_for_file(tmp_path / "run" / "checkpoints" / "ckpt-00000016.json", pods, timeout=180)
+    trained = wait_for(lambda: found if len(found := training_pods(pods)) == 2 else None, 30, "two pods training")
+    (spare,) = [pod for pod in pods if pod not in trained]
+    assert "[DDP] 2 pods train and 1 wait as spares (SPARE_PODS)" in spare.text(), spare.text()[-3000:]
+    assert "[TRAIN]" not in spare.text() and "[DDP] process " not in spare.text()
+    lost, kept = trained
+    kill_tree(lost.pid)
+    assert lost.popen.wait(10) != 0
+    spare.wait_for(lambda text: "[DDP] process " in text, 120, "the spare in the next world")
+    replacement = start(pods.index(lost))
+
+    assert spare.wait(240) == 0, spare.text()[-4000:]
+    assert kept.wait(60) == 0, kept.text()[-4000:]
+    resumed = resumed_lines(spare.text() + kept.text())
+    assert len(resumed) == 1 and int(resumed[0].split("ckpt-")[1][:8]) >= 16, kept.text()[-4000:]
+    assert_both_ranks_end_with((spare, kept), expected)
+    assert "[DDP] process " not in replacement.text(), "the replacement waited as the next spare"
+    replacement.wait_for(lambda text: "[DDP] the world ended while this pod waited as a spare" in text, 60, "the replacement seeing the world end")
+    os.kill(replacement.pid, signal.SIGTERM)
+    assert replacement.wait(30) == c.EXIT_TERMINATED, replacement.text()[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_a_spare_that_never_trained_outlasts_the_world_without_failing(spawn, tmp_path):
+    """The world ends while the spare waits: the spare says so and waits for its Job to end it (the
+    Job completes at the world's first success), neither failing (a failure the Job would count)
+    nor succeeding (a success would end a Job whose world failed). A SIGTERM then ends it."""
+    pods, _ = start_world_with_a_spare(spawn, tmp_path, SMOKE_ARGS)
+    done = wait_for(lambda: ended if len(ended := [pod for pod in pods if pod.ended()]) == 2 else None, 180, "the world's two pods ending")
+    assert [pod.popen.returncode for pod in done] == [0, 0], [pod.text()[-2000:] for pod in done]
+    (spare,) = [pod for pod in pods if pod not in done]
+    spare.wait_for(lambda text: "[DDP] the world ended while this pod waited as a spare" in text, 60, "the spare seeing the world end")
+    time.sleep(3)
+    assert spare.popen.poll() is None, spare.text()[-3000:]
+    os.kill(spare.pid, signal.SIGTERM)
+    assert spare.wait(30) == c.EXIT_TERMINATED, spare.text()[-3000:]

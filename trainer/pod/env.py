@@ -80,6 +80,7 @@ class PodWorld:
     scheme: str  # "contract" or "seed-000"
     run_name: str | None  # the run directory the trainer will use (RUN_NAME), for the log and cross-checks
     min_nodes: int | None = None  # an elastic world's MIN; None: a world of exactly nnodes
+    spare_pods: int = 0  # pods beyond nnodes that wait to take a lost pod's place (SPARE_PODS)
 
     @property
     def nnodes_text(self) -> str:
@@ -103,6 +104,14 @@ class PodWorld:
         return (f"[DDP] elastic world of {self.nnodes_text} pods: it trains once {self.min_nodes} have joined, takes in "
                 f"up to {self.nnodes} and re-forms at any size between, resuming at the exact sample; with fewer than "
                 f"{self.min_nodes} it waits up to {self.timeouts.join} s ({c.RDZV_JOIN_TIMEOUT.name}), then this pod fails")  # fmt: skip
+
+    def spare_rule(self) -> str | None:
+        """What the world's spare pods do, for the pod's log; None without spares."""
+        if not self.spare_pods:
+            return None
+        return (f"[DDP] {self.nnodes} pods train and {self.spare_pods} wait as spares ({c.SPARE_PODS.name}): the first "
+                f"{self.nnodes} to join form the world, whichever their index, and a lost pod's place goes to a waiting "
+                "one at once; a spare waits for as long as the world trains")  # fmt: skip
 
     def summary(self) -> str:
         return (
@@ -242,8 +251,10 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
     r.choice(c.WORKLOAD_KIND.name, c.WORKLOAD_KINDS)
     kind = env.get(c.WORKLOAD_KIND.name, "").strip()
     node_rank, rank_source = _node_rank(r, kind, hostname)
-    if node_rank is not None and nnodes and node_rank >= nnodes:
-        r.problem(rank_source, str(node_rank), f"a node rank below {c.NNODES.name}={nnodes}")
+    spares = r.integer(c.SPARE_PODS.name, 0, required=False, default=0) or 0
+    if node_rank is not None and nnodes and node_rank >= nnodes + spares:
+        below = f"{c.NNODES.name}={nnodes}" if not spares else f"{c.NNODES.name} + {c.SPARE_PODS.name} = {nnodes + spares}"
+        r.problem(rank_source, str(node_rank), f"a node rank below {below}")
     endpoint = _endpoint(r, master_addr, master_port)
     timeouts = Timeouts(
         join=r.integer(c.RDZV_JOIN_TIMEOUT.name, 1) or DEFAULT_JOIN_TIMEOUT,
@@ -262,8 +273,8 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
     r.integer(c.HANG_TIMEOUT_FLOOR.name, 1, required=False)
     r.integer(c.HANG_TIMEOUT_CEILING.name, 0, required=False)
     _check_mirrors(r, env, endpoint)
-    if min_nodes is not None:
-        _check_elastic_rendezvous(r, backend, endpoint, master_addr, master_port)
+    if min_nodes is not None or spares:
+        _check_rendezvous_apart(r, backend, endpoint, master_addr, master_port, elastic=min_nodes is not None)
     if r.problems:
         raise WorldError(r.problems)
     return PodWorld(
@@ -271,7 +282,7 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
         master_addr=master_addr, master_port=master_port, rdzv_backend=backend, rdzv_id=rdzv_id,
         rdzv_endpoint=endpoint, timeouts=timeouts, max_restarts=max_restarts, master_wait_timeout=wait,
         shutdown_timeout=shutdown, rank_source=rank_source, scheme="contract", run_name=env.get(c.RUN_NAME.name),
-        min_nodes=min_nodes,
+        min_nodes=min_nodes, spare_pods=spares,
     )  # fmt: skip
 
 
@@ -289,13 +300,15 @@ def _world_size(r: _Reader, nnodes: int | None, min_nodes: int | None, nproc: in
     return nnodes * nproc
 
 
-def _check_elastic_rendezvous(r: _Reader, backend: str | None, endpoint: str | None, master_addr: str | None, master_port: int | None) -> None:
-    """An elastic world forms from any of its pods: its rendezvous cannot live on pod 0."""
+def _check_rendezvous_apart(
+    r: _Reader, backend: str | None, endpoint: str | None, master_addr: str | None, master_port: int | None, elastic: bool
+) -> None:
+    """An elastic world, or one with spares, forms from any of its pods: its rendezvous cannot live on pod 0."""
     if _store_on_pod_0(backend, endpoint, master_addr, master_port):
+        why = f"{c.NNODES.name} a range (an elastic world)" if elastic else f"{c.SPARE_PODS.name} set"
         r.problem(
             c.RDZV_BACKEND.name if backend == "static" else c.RDZV_ENDPOINT.name, backend if backend == "static" else endpoint,
-            f"with {c.NNODES.name} a range (an elastic world), a c10d store apart from pod 0 or etcd-v2 "
-            "(a world of any of its pods must be able to form)",
+            f"with {why}, a c10d store apart from pod 0 or etcd-v2 (a world of any of its pods must be able to form)",
         )
 
 

@@ -33,6 +33,9 @@ WORKER_SCRIPT = Path(__file__).with_name("worker.py").resolve()
 # The agent's own first argument: import, start the fork server, then hold back until the
 # entrypoint writes GO on its stdin; at the end of its stdin without one, it exits.
 AWAIT_START, GO = "--await-start", "go"
+# The agent's exit code when it waited as a spare (SPARE_PODS) until the world it waited for ended
+# and closed its rendezvous: nothing failed, and nothing of this pod's succeeded.
+SPARE_UNUSED = 75
 # What the fork server imports: torch, and the training module where it is this product's own
 # (a user's module may touch the GPU as it is imported, and a forked process cannot use a GPU its
 # parent initialised).
