@@ -16,6 +16,10 @@ while the rest waits for capacity, and two such worlds can hold each other's hal
   quota holds, at least MIN, Kueue lowering the Job's parallelism to that). A Job's spare pods
   (`workload.sparePods`) are admitted the same way, as the quota holds; a JobSet's are admitted
   with it, whole.
+- **Topology** (`scheduling.topology`, Kueue only): the pod template names a level of the Kueue
+  Topology its ResourceFlavor points to, and Kueue admits the world once one domain of that level
+  (a rack, a block) can hold every pod (`required`), or places it in as few as it can
+  (`preferred`); it then gates the pods to the nodes it chose.
 
 Pure functions of the `World`, like ddp_infra.pod and ddp_infra.workload, which call them.
 """
@@ -33,6 +37,11 @@ from .world import World
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 KUEUE_MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"  # Kueue's partial admission
+# Kueue's topology-aware scheduling: the pod template's annotation names the level its pods stay within.
+KUEUE_TOPOLOGY_ANNOTATIONS = {
+    "required": "kueue.x-k8s.io/podset-required-topology",
+    "preferred": "kueue.x-k8s.io/podset-preferred-topology",
+}
 VOLCANO_SCHEDULER = "volcano"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 POD_GROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
@@ -77,10 +86,14 @@ def starts_suspended(world: World) -> bool:
 
 
 def pod_scheduling(world: World) -> tuple[dict[str, Any], dict[str, str]]:
-    """(pod spec fields, pod annotations) that hand the pods to Volcano's scheduler as one group."""
-    if not uses(world, "volcano"):
-        return {}, {}
-    return {"schedulerName": VOLCANO_SCHEDULER}, {VOLCANO_GROUP_ANNOTATION: world.pod_group_name}
+    """(pod spec fields, pod annotations) that hand the pods to Volcano's scheduler as one group,
+    or ask Kueue to place them within one domain of a topology level."""
+    if uses(world, "volcano"):
+        return {"schedulerName": VOLCANO_SCHEDULER}, {VOLCANO_GROUP_ANNOTATION: world.pod_group_name}
+    topology = world.config.scheduling.topology
+    if topology is not None:
+        return {}, {KUEUE_TOPOLOGY_ANNOTATIONS[topology.mode]: topology.level}
+    return {}, {}
 
 
 def pod_group_manifest(world: World, pod_template: dict[str, Any]) -> dict[str, Any]:

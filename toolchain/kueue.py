@@ -27,7 +27,8 @@ def _configuration(_cert_dir: Any, addons: tuple[str, ...]) -> dict[str, Any]:
         "kind": "Configuration",
         "namespace": "kueue-system",
         "integrations": {"frameworks": frameworks},
-        "featureGates": {"VisibilityOnDemand": False},
+        # Topology-aware scheduling is alpha in 0.12, off unless asked for (scheduling.topology needs it).
+        "featureGates": {"VisibilityOnDemand": False, "TopologyAwareScheduling": True},
     }
 
 

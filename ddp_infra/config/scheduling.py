@@ -120,6 +120,22 @@ class GangConfig(Model):
         return self
 
 
+TOPOLOGY_MODES = ("required", "preferred")
+
+
+class TopologyConfig(Model):
+    """Where Kueue places the world's pods: within one domain of a level of its Topology
+    (topology-aware scheduling, ddp_infra/gang.py)."""
+
+    level: NodeLabelKey = Field(
+        description="The node label of a level of the Kueue Topology that the queue's ResourceFlavor names (e.g. a rack's or a block's label).",
+    )
+    mode: Literal[TOPOLOGY_MODES] = Field(  # type: ignore[valid-type]
+        "required",
+        description="required: Kueue admits the world only once one domain of that level can hold all its pods; preferred: in as few domains as it can.",
+    )
+
+
 class SchedulingConfig(Model):
     node_selector: dict[NodeLabelKey, LabelValue] = Field({}, description="Pod nodeSelector.")
     tolerations: tuple[Toleration, ...] = Field((), description="Pod tolerations.")
@@ -129,7 +145,21 @@ class SchedulingConfig(Model):
     priority_class_name: Optional[DnsSubdomain] = Field(None, description="PriorityClass of the pods.")
     topology_spread: TopologySpreadConfig = Field(TopologySpreadConfig(), description="Topology spread of the pods.")
     gang: GangConfig = Field(GangConfig(), description="Gang admission of the whole world: Kueue or Volcano.")
+    topology: Optional[TopologyConfig] = Field(
+        None,
+        description="kueue: place the world's pods within one domain of a topology level (a rack, a block), where NCCL's bandwidth is; Kueue's topology-aware scheduling.",
+    )
     fit_check: Literal["refuse", "warn", "off"] = Field(
         "refuse",
         description="Before anything is created: refuse (or warn about) a world whose pods the cluster's nodes can never hold at once, or its gang scheduler's queue never admit (ddp_infra/fit.py; a cluster with an autoscaler only gets a warning about its nodes).",
     )
+
+    @model_validator(mode="after")
+    def _topology_is_kueues(self) -> "SchedulingConfig":
+        if self.topology is not None and self.gang.scheduler != "kueue":
+            raise field_problem(
+                ("topology", "level"),
+                "unset unless scheduling.gang.scheduler is kueue (topology-aware placement is Kueue's: set the scheduler to kueue)",
+                self.topology.level,
+            )
+        return self

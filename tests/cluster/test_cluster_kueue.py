@@ -3,7 +3,8 @@ Go module by toolchain/build.sh, started by LocalCluster as an add-on), with a C
 quota is 3 pods: a world of 2 is admitted whole; a world of 4 is refused by the fit check before
 anything changes, and, with the check only warning, admitted not at all, no pod of it starting,
 the status view giving Kueue's reason; once the quota grows, it is admitted whole. Both as an
-Indexed Job and as a JobSet.
+Indexed Job and as a JobSet. With a Topology (`scheduling.topology`): a world placed within one
+rack, and one the rack cannot hold held back in Kueue's words.
 
 The pods run the pause image in place of the trainer: admission is Kueue's and the scheduler's
 business, and needs no training.
@@ -17,6 +18,7 @@ import time
 import pytest
 
 from cluster_testing import NAMESPACE, WORKLOAD, get, pause_pod_resources, pods, status_view, wait_for, world_pods, world_running
+from ddp_infra.config.scalars import parse_quantity
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(900)
@@ -207,3 +209,63 @@ def test_kueue_admits_an_elastic_job_partly_from_its_minimum(controllers_cluster
     pause_stack.up(nodes="2:4", **queued)
     assert get(cluster, "job", WORKLOAD, NAMESPACE)["metadata"]["uid"] == job["metadata"]["uid"]
     assert get(cluster, "job", WORKLOAD, NAMESPACE)["spec"]["parallelism"] == 3
+
+
+TOPOLOGY = "datacenter"
+TAS_FLAVOR = "tas-flavor"
+BLOCK, RACK = "topology.example.com/block", "topology.example.com/rack"
+NODE_DOMAINS = {BLOCK: "block-a", RACK: "rack-1"}
+
+
+@pytest.fixture
+def topology(controllers_cluster):
+    """A Kueue Topology of blocks, racks and hosts over the node's labels, and a ClusterQueue whose
+    only flavor places workloads by it, as an admin of a topology-aware cluster sets them up."""
+    cluster = controllers_cluster
+    labels = [f"{key}={value}" for key, value in NODE_DOMAINS.items()]
+    cluster.kubectl("label", "node", cluster.node_name, "--overwrite", *labels)
+    queue = cluster_queue(3)
+    queue["spec"]["resourceGroups"][0]["flavors"][0]["name"] = TAS_FLAVOR
+    objects = [
+        {"apiVersion": "kueue.x-k8s.io/v1alpha1", "kind": "Topology", "metadata": {"name": TOPOLOGY},
+         "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": "kubernetes.io/hostname"}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": TAS_FLAVOR},
+         "spec": {"nodeLabels": {BLOCK: NODE_DOMAINS[BLOCK]}, "topologyName": TOPOLOGY}},
+        queue,
+    ]  # fmt: skip
+    cluster.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-",
+                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))  # fmt: skip
+    yield
+    for kind, name in (("clusterqueue", CLUSTER_QUEUE), ("resourceflavor", TAS_FLAVOR), ("topologies.kueue.x-k8s.io", TOPOLOGY)):
+        cluster.kubectl("delete", kind, name, "--ignore-not-found", "--wait=true", "--timeout=120s")
+    cluster.kubectl("label", "node", cluster.node_name, *[f"{key}-" for key in NODE_DOMAINS])
+
+
+def test_kueue_places_a_world_within_one_domain_of_its_topology_level_or_holds_it_back_saying_why(
+    controllers_cluster, topology, pause_stack
+):
+    cluster = controllers_cluster
+    queued = {"workload__kind": contract.INDEXED_JOB, **queued_namespace(cluster, "team-a"), **SMALL_PODS}
+
+    # Required within one rack: admitted with Kueue's assignment of both pods to the rack's one node.
+    pause_stack.up(nodes=2, scheduling__topology={"level": RACK}, **queued)
+    workload = wait_for(lambda: (w := kueue_workload(cluster, contract.INDEXED_JOB)) and condition(w, "Admitted").get("status") == "True" and w,
+                        120, "Kueue to admit the world within one rack", interval=1)  # fmt: skip
+    (assignment,) = workload["status"]["admission"]["podSetAssignments"]
+    placed = assignment["topologyAssignment"]
+    assert placed["levels"] == ["kubernetes.io/hostname"] and placed["domains"] == [{"values": [cluster.node_name], "count": 2}], placed
+    wait_for(lambda: world_running(cluster, 2), 300, "both pods Running", interval=1)
+    assert {pod["spec"]["nodeName"] for pod in world_pods(cluster).values()} == {cluster.node_name}
+
+    # Within one rack, two pods that the rack's node cannot hold together: held back whole, in
+    # Kueue's words (the quota would admit them; the topology cannot), and the status view says so.
+    node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
+    too_big = f"{int(parse_quantity(node['status']['allocatable']['cpu']) * 750)}m"  # 3/4 of it each
+    pause_stack.up(nodes=2, scheduling__topology={"level": RACK}, **{**queued, "resources__requests__cpu": too_big},
+                   scheduling__fitCheck="warn")  # fmt: skip
+    held = held_back(cluster, contract.INDEXED_JOB)
+    reason = condition(held, "QuotaReserved")["message"]
+    assert f'topology "{TOPOLOGY}" allows to fit only 1 out of 2 pod(s)' in reason, held["status"]
+    assert suspended(cluster, contract.INDEXED_JOB) and pods(cluster, NAMESPACE) == {}
+    status = status_view(cluster, pause_stack.outputs["statusCommand"])
+    assert "allows to fit only 1 out of 2 pod(s)" in status, status

@@ -44,6 +44,20 @@ def test_with_kueue_the_workload_waits_suspended_in_its_queue(kind):
     harness.validate_manifest(workload)
 
 
+@pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
+@pytest.mark.parametrize("mode", ["required", "preferred"])
+@pulumi.runtime.test
+def test_a_topology_level_is_written_on_the_pod_template_for_kueue_to_place_the_world_within(kind, mode):
+    level = "cloud.example.com/topology-block"
+    evaluation = evaluate(kind, KUEUE, scheduling__topology={"level": level, "mode": mode})
+    annotations = evaluation.pod_template["metadata"]["annotations"]
+    assert annotations[gang.KUEUE_TOPOLOGY_ANNOTATIONS[mode]] == level
+    assert not [key for key in annotations if key.startswith("kueue.x-k8s.io/podset-") and key != gang.KUEUE_TOPOLOGY_ANNOTATIONS[mode]]
+    without = evaluate(kind, KUEUE).pod_template["metadata"].get("annotations", {})
+    assert not [key for key in without if key.startswith("kueue.x-k8s.io/podset-")]
+    harness.validate_manifest(evaluation.workload.manifest)
+
+
 @pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
 @pulumi.runtime.test
 def test_without_gang_admission_nothing_of_kueue_or_volcano_is_written(kind):
