@@ -21,7 +21,7 @@ from trainer_testing import same_result
 
 from cluster_testing import (
     CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, all_logs, cluster_state, done_lines, evict, job_condition,
-    kill_container, newest_checkpoint, pods, is_store_pod, timestamped_logs, wait_for, wait_for_checkpoint_after, world_pods,
+    kill_container, newest_checkpoint, pods, is_store_pod, running, timestamped_logs, wait_for, wait_for_checkpoint_after, world_pods,
 )  # fmt: skip
 from trainer import contract
 
@@ -119,13 +119,23 @@ def test_a_spare_takes_any_lost_pods_place_within_seconds_and_the_run_ends_as_an
     print(f"\n[figures] job with a spare: seconds from losing a pod to the world resumed: "
           f"{ {what: figure['resumed'] for what, figure in figures.items()} }")  # fmt: skip
 
-    assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
+    # Each rank says [DONE] before the world leaves together; the Job, complete at its first pod's
+    # success, then deletes the pods still running, logs and all: the lines are read as they come.
+    done: dict[str, dict[str, str]] = {}
+
+    def ended_with_both_ranks_done() -> str | None:
+        found = pods(cluster, NAMESPACE)
+        for name in found:
+            done.update((line["rank"], line) for line in done_lines(all_logs(cluster, NAMESPACE, name)))
+        ended = job_condition(cluster)
+        if ended != "Complete" or sorted(done) == ["0", "1"]:
+            return ended
+        return None if any(running(pod) for pod in found.values()) else f"Complete, [DONE] read of ranks {sorted(done)} only"
+
+    assert wait_for(ended_with_both_ranks_done, 900, "the Job to end, both ranks' [DONE] lines read", interval=0.5) == "Complete", done
     no_world_formed_since("the last loss")
-    finals = [done_lines(all_logs(cluster, NAMESPACE, name)) for name in ranks(cluster).values()]
-    lines = [found[-1] for found in finals if found]
-    assert sorted(line["rank"] for line in lines) == ["0", "1"], lines
     # The same final loss and weights as a world that was never disrupted.
-    assert [same_result(line) for line in lines] == [expected.result()] * 2
+    assert [same_result(done[rank]) for rank in ("0", "1")] == [expected.result()] * 2
 
 
 def _evicted(cluster, pod: str) -> None:

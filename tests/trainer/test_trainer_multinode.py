@@ -9,12 +9,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import signal
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from torch.distributed import TCPStore
+from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 from waiting import wait_for
 from trainer_testing import (
     LONG_ARGS, SMOKE_ARGS, clean_env, descendants, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env,
@@ -474,3 +478,31 @@ def test_a_spare_that_never_trained_outlasts_the_world_without_failing(spawn, tm
     assert spare.popen.poll() is None, spare.text()[-3000:]
     os.kill(spare.pid, signal.SIGTERM)
     assert spare.wait(30) == c.EXIT_TERMINATED, spare.text()[-3000:]
+
+
+def rendezvous_nodes(store_port: int, run_id: str = "test-run") -> set[tuple[str, int]]:
+    """(address, agent pid) of every node torchrun's rendezvous holds (heartbeats: participants, waiting and spare nodes)."""
+    store = TCPStore("127.0.0.1", store_port, is_master=False, timeout=timedelta(seconds=10))
+    state = pickle.loads(C10dRendezvousBackend(store, run_id).get_state()[0])
+    return {(node.addr, node.pid) for node in state.last_heartbeats}
+
+
+@pytest.mark.timeout(300)
+def test_a_pod_stopped_by_sigterm_leaves_the_rendezvous_at_once(spawn, tmp_path):
+    """torchrun leaves a stopped pod's node in the rendezvous until its heartbeat lapses, and the
+    next world (a spare, a replacement) cannot form without it until then; the agent takes it out
+    as the pod stops."""
+    port, store_port = free_port(), free_port()
+    start_store(spawn, store_port)
+    first, second = two_pods_past_step_16(spawn, tmp_path, port, **store_at(store_port))
+    (agent,) = torchruns_of(second.pid)
+    assert ("127.0.0.1", agent) in rendezvous_nodes(store_port)
+    os.kill(second.pid, signal.SIGTERM)
+    assert second.wait(60) == c.EXIT_TERMINATED, second.text()[-3000:]
+    assert ("127.0.0.1", agent) not in rendezvous_nodes(store_port), "the stopped pod's node is still in the rendezvous"
+    assert "[DDP] left the rendezvous" in second.text(), second.text()[-3000:]
+    # (a SIGTERM that comes while torchrun logs its workers' exit is lost in its logging: after it)
+    first.wait_for(lambda text: "(exitcode: 143)" in text, 60, "pod 0's workers stopped")
+    time.sleep(3)
+    os.kill(first.pid, signal.SIGTERM)
+    assert first.wait(60) == c.EXIT_TERMINATED, first.text()[-3000:]

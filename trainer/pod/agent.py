@@ -15,11 +15,14 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import pickle
+import socket
 import sys
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Sequence
 
 from trainer import console
+from trainer.contract import SPARE_PODS
 from trainer.pod.launch import AWAIT_START, GO, SPARE_UNUSED, worker_preload
 
 
@@ -32,6 +35,8 @@ def main(args: Sequence[str]) -> None:
         multiprocessing.forkserver.ensure_running()  # it imports them now, beside this process's own imports
     from torch.distributed.run import main as torchrun
 
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
     from trainer.pod.spares import keep_spares_aside
 
     if held and sys.stdin.readline().strip() != GO:
@@ -40,10 +45,14 @@ def main(args: Sequence[str]) -> None:
     keep_spares_aside()
     try:
         torchrun(args)
+    except SignalException:
+        leave_rendezvous(args)
+        raise
     except Exception:
         # torchrun ends a spare whose rendezvous closed with an error of its own making (its agent
         # returns no result, which its launcher then reads): the rendezvous's state says what happened.
-        if not waited_as_spare_until_closed(args):
+        has_spares = os.environ.get(SPARE_PODS.name, "").strip() not in ("", "0")
+        if not (has_spares and waited_as_spare_until_closed(args)):
             raise
         sys.exit(SPARE_UNUSED)
 
@@ -77,8 +86,51 @@ def waited_as_spare_until_closed(args: list[str]) -> bool:
     waited for ended). torchrun puts a node the full world has no room for in its redundancy list,
     and leaves it there when the rendezvous closes."""
     options = _rendezvous_options(args)
-    state = _rendezvous_state(options, options["rdzv-id"]) if options else None
-    return bool(state and state.closed and any(node.pid == os.getpid() for node in state.redundancy_list))
+    try:
+        state = _rendezvous_state(options, options["rdzv-id"], _LOOK_TIMEOUT) if options else None
+    except (RuntimeError, OSError):  # the store is gone too: whatever ended this agent, it was no closed rendezvous
+        return False
+    return bool(state and state.closed and any(is_this_node(node, args) for node in state.redundancy_list))
+
+
+def leave_rendezvous(args: list[str]) -> None:
+    """Takes this agent's node out of its rendezvous at once, as its pod stops (SIGTERM). torchrun
+    leaves it there until its heartbeat lapses (3 x keep_alive_interval): until then the next world
+    cannot form without it, and no spare can take its place."""
+    options = _rendezvous_options(args)
+    if options is None:
+        return
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _remove_participant_epilogue
+
+    nnodes = next(arg.split("=", 1)[1] for arg in args if arg.startswith("--nnodes="))
+    fewest = SimpleNamespace(min_nodes=int(nnodes.split(":")[0]))
+    try:
+        backend = _rendezvous_backend(options, options["rdzv-id"], _LOOK_TIMEOUT)
+        for _ in range(10):  # another node may write between this read and this write: read again
+            found = backend.get_state()
+            if found is None:
+                return
+            state, token = pickle.loads(found[0]), found[1]
+            node = next((node for node in state.last_heartbeats if is_this_node(node, args)), None)
+            if node is None:
+                return
+            del state.last_heartbeats[node]
+            state.wait_list.discard(node)
+            state.redundancy_list.discard(node)
+            if state.participants.pop(node, None) is not None:
+                _remove_participant_epilogue(state, fewest)
+            if backend.set_state(pickle.dumps(state), token)[2]:
+                console.line("[DDP] left the rendezvous: the next world forms without waiting for this pod's heartbeat to lapse")
+                return
+    except (RuntimeError, OSError) as error:  # the store is gone: its heartbeat lapses there, as torchrun leaves it
+        console.line(f"[DDP] could not leave the rendezvous ({type(error).__name__}): it drops this pod once its heartbeat lapses")
+
+
+def is_this_node(node, args: list[str]) -> bool:
+    """Whether torchrun's node descriptor names this agent: its address (--local-addr, else the
+    FQDN) and its process id (in a pod, often the same number as in every other pod)."""
+    local_addr = next((arg.split("=", 1)[1] for arg in args if arg.startswith("--local-addr=")), None)
+    return (node.addr, node.pid) == (local_addr or socket.getfqdn(), os.getpid())
 
 
 def _rendezvous_options(args: list[str]) -> dict[str, str] | None:
@@ -90,15 +142,27 @@ def _rendezvous_options(args: list[str]) -> dict[str, str] | None:
     return {**options, "read-timeout": conf.get("read_timeout", "60")}
 
 
-def _rendezvous_state(options: dict[str, str], run_id: str):
+def _rendezvous_state(options: dict[str, str], run_id: str, timeout: float | None = None):
     """torchrun's state of the rendezvous `run_id` in the store apart; None before any node joined it."""
+    state = _rendezvous_backend(options, run_id, timeout).get_state()
+    return None if state is None else pickle.loads(state[0])
+
+
+def _rendezvous_backend(options: dict[str, str], run_id: str, timeout: float | None = None):
+    """torchrun's own c10d backend of the rendezvous `run_id`, on the store apart; `timeout` (else
+    torchrun's read timeout) bounds each connection and read."""
     from torch.distributed import TCPStore
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 
     host, port = options["rdzv-endpoint"].rsplit(":", 1)
-    store = TCPStore(host.strip("[]"), int(port), is_master=False, timeout=timedelta(seconds=int(options["read-timeout"])))
-    state = C10dRendezvousBackend(store, run_id).get_state()
-    return None if state is None else pickle.loads(state[0])
+    seconds = timeout if timeout is not None else int(options["read-timeout"])
+    store = TCPStore(host.strip("[]"), int(port), is_master=False, timeout=timedelta(seconds=seconds))
+    return C10dRendezvousBackend(store, run_id)
+
+
+# How long a look at the rendezvous as torchrun ends may take: a store that does not answer by then
+# is gone, and the pod must not spend its grace period (or its re-join) on it.
+_LOOK_TIMEOUT = 3.0
 
 
 # Guarded: every forked worker imports this module again, as multiprocessing's __mp_main__.
