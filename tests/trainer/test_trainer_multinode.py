@@ -35,6 +35,8 @@ def start_pod(spawn, pod_name: str, port: int, out_dir, args=SMOKE_ARGS, **env):
 
 
 RESTARTS = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
+# LONG_ARGS made long enough for a replacement to start and join as a spare before the run ends.
+SPARE_RUN = [*LONG_ARGS[: LONG_ARGS.index("--epochs") + 1], "6", *LONG_ARGS[LONG_ARGS.index("--epochs") + 2 :]]
 
 
 def two_pods_past_step_16(spawn, tmp_path, port: int, **env):
@@ -418,7 +420,7 @@ def test_a_pod_waiting_in_the_rendezvous_for_a_lost_peer_ends_at_once_on_sigterm
 
 def start_world_with_a_spare(spawn, tmp_path, args, **env):
     """A Job's world of 2 pods and 1 spare (SPARE_PODS=1) at a store apart: three pods, indexes 0-2,
-    and how to start pod i again (a replacement, as the Job starts one)."""
+    how to start pod i again (a replacement, as the Job starts one), and the store's port."""
     port, store_port = free_port(), free_port()
     start_store(spawn, store_port)
     spare = {c.SPARE_PODS.name: "1", **store_at(store_port), **RESTARTS, **env}
@@ -426,7 +428,7 @@ def start_world_with_a_spare(spawn, tmp_path, args, **env):
     def start(index: int):
         return start_pod(spawn, f"ddp-{index}", port, tmp_path, args, kind=c.INDEXED_JOB, **{c.JOB_COMPLETION_INDEX: str(index)}, **spare)
 
-    return [start(index) for index in range(3)], start
+    return [start(index) for index in range(3)], start, store_port
 
 
 def training_pods(pods) -> list:
@@ -440,8 +442,8 @@ def test_a_spare_takes_a_lost_pods_place_and_the_world_ends_as_an_uninterrupted_
     world; the spare joins the next one at once, which resumes from the checkpoint with the same
     size. The lost pod's replacement, started as the Job would, waits as the next spare: no world
     forms again, and the run ends with the uninterrupted run's result."""
-    expected = reference_result(LONG_ARGS)
-    pods, start = start_world_with_a_spare(spawn, tmp_path, LONG_ARGS)
+    expected = reference_result(SPARE_RUN)
+    pods, start, store_port = start_world_with_a_spare(spawn, tmp_path, SPARE_RUN)
     wait_for_file(tmp_path / "run" / "checkpoints" / "ckpt-00000016.json", pods, timeout=180)
     trained = wait_for(lambda: found if len(found := training_pods(pods)) == 2 else None, 30, "two pods training")
     (spare,) = [pod for pod in pods if pod not in trained]
@@ -452,6 +454,10 @@ def test_a_spare_takes_a_lost_pods_place_and_the_world_ends_as_an_uninterrupted_
     assert lost.popen.wait(10) != 0
     spare.wait_for(lambda text: "[DDP] process " in text, 120, "the spare in the next world")
     replacement = start(pods.index(lost))
+    # it waits on the rendezvous's redundancy list while the world trains on
+    agent = wait_for(lambda: found[0] if len(found := torchruns_of(replacement.pid)) == 1 else None, 60, "the replacement's torchrun")
+    wait_for(lambda: ("127.0.0.1", agent) in rendezvous_nodes(store_port, "redundancy_list"), 120, "the replacement waiting as a spare",
+             gone=lambda: spare.ended() or kept.ended())  # fmt: skip
 
     assert spare.wait(240) == 0, spare.text()[-4000:]
     assert kept.wait(60) == 0, kept.text()[-4000:]
@@ -469,7 +475,7 @@ def test_a_spare_that_never_trained_outlasts_the_world_without_failing(spawn, tm
     """The world ends while the spare waits: the spare says so and waits for its Job to end it (the
     Job completes at the world's first success), neither failing (a failure the Job would count)
     nor succeeding (a success would end a Job whose world failed). A SIGTERM then ends it."""
-    pods, _ = start_world_with_a_spare(spawn, tmp_path, SMOKE_ARGS)
+    pods, _, _ = start_world_with_a_spare(spawn, tmp_path, SMOKE_ARGS)
     done = wait_for(lambda: ended if len(ended := [pod for pod in pods if pod.ended()]) == 2 else None, 180, "the world's two pods ending")
     assert [pod.popen.returncode for pod in done] == [0, 0], [pod.text()[-2000:] for pod in done]
     (spare,) = [pod for pod in pods if pod not in done]
@@ -480,11 +486,12 @@ def test_a_spare_that_never_trained_outlasts_the_world_without_failing(spawn, tm
     assert spare.wait(30) == c.EXIT_TERMINATED, spare.text()[-3000:]
 
 
-def rendezvous_nodes(store_port: int, run_id: str = "test-run") -> set[tuple[str, int]]:
-    """(address, agent pid) of every node torchrun's rendezvous holds (heartbeats: participants, waiting and spare nodes)."""
+def rendezvous_nodes(store_port: int, held_in: str = "last_heartbeats") -> set[tuple[str, int]]:
+    """(address, agent pid) of the nodes torchrun's rendezvous holds: every node (its heartbeats:
+    participants, waiting and spare nodes), or those of one of its lists (redundancy_list: the spares)."""
     store = TCPStore("127.0.0.1", store_port, is_master=False, timeout=timedelta(seconds=10))
-    state = pickle.loads(C10dRendezvousBackend(store, run_id).get_state()[0])
-    return {(node.addr, node.pid) for node in state.last_heartbeats}
+    state = pickle.loads(C10dRendezvousBackend(store, "test-run").get_state()[0])
+    return {(node.addr, node.pid) for node in getattr(state, held_in)}
 
 
 @pytest.mark.timeout(300)
