@@ -99,7 +99,7 @@ class LocalApiServer:
       startup_seconds: how long start() took; workdir: the temporary directory.
     """
 
-    def __init__(self, bin_dir=None, startup_timeout=90.0, kubectl="kubectl"):
+    def __init__(self, bin_dir=None, startup_timeout=90.0, kubectl="kubectl", workload_api=True):
         bin_dir = bin_dir or tool_dir()
         self._etcd_bin = find_tool("etcd", bin_dir)
         self._apiserver_bin = find_tool("kube-apiserver", bin_dir)
@@ -109,6 +109,8 @@ class LocalApiServer:
         self.workdir = self.kubeconfig = self.server = self.ca_file = None
         self.startup_seconds = None
         self._procs = []
+        # the local cluster's alpha Workload API (control_plane.WORKLOAD_API_FLAGS), or an API server without it
+        self._workload_api = workload_api
 
     def __enter__(self):
         self.start()
@@ -189,7 +191,8 @@ class LocalApiServer:
             service_account_key=certificates.service_account_key(pki),
             issuer="https://kubernetes.default.svc.cluster.local", service_cidr="10.0.0.0/24",
             extra=["--cert-dir", str(pki / "certs"), "--authorization-mode", "AlwaysAllow",
-                   "--disable-admission-plugins", "ServiceAccount", "--allow-privileged"],
+                   "--disable-admission-plugins", "ServiceAccount", "--allow-privileged",
+                   *(control_plane.WORKLOAD_API_FLAGS if self._workload_api else [])],
         ))  # fmt: skip
 
     def _wait_ready(self, deadline):

@@ -37,10 +37,10 @@ if [ -z "$pulumi_version" ] || [ -z "$kubernetes_version" ]; then
   echo "[toolchain] requirements.txt must pin pulumi==X and pulumi-kubernetes==Y" >&2
   exit 1
 fi
-# The test cluster: every Kubernetes component at one version (1.33 is the oldest whose staging
-# modules the kubelet needs are all served), and an etcd at least 3.5.13, the oldest that
-# kube-apiserver 1.31+ accepts.
-kube_version=1.33.13
+# The test cluster: every Kubernetes component at one version (1.36: the Workload API's gang
+# scheduling; 1.33 is the oldest whose staging modules the kubelet needs are all served), and an
+# etcd at least 3.5.13, the oldest that kube-apiserver 1.31+ accepts.
+kube_version=1.36.3
 etcd_version=3.5.21
 # Cluster DNS for the test cluster (its `kubernetes` plugin serves cluster.local).
 coredns_version=1.14.7

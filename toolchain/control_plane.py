@@ -8,6 +8,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+# The Kubernetes scheduler's gang scheduling (`scheduling.gang.scheduler: kubernetes`), alpha in
+# Kubernetes 1.36: the feature gates of every control-plane component, and the API server serving
+# the Workload API (ddp_infra/cluster_apis.py).
+WORKLOAD_API_GATES = ["--feature-gates", "GenericWorkload=true,GangScheduling=true,WorkloadWithJob=true"]
+WORKLOAD_API_FLAGS = [*WORKLOAD_API_GATES, "--runtime-config", "scheduling.k8s.io/v1alpha2=true"]
+
 
 def etcd_argv(binary: str, data_dir: Path, client_port: int, peer_port: int) -> list[str]:
     client, peer = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"

@@ -37,6 +37,7 @@ def start_etcd_and_apiserver(cluster: RunningCluster, binaries: dict[str, str]) 
             "--enable-admission-plugins", "NodeRestriction",
             # logs, exec and port-forward reach the kubelet by its address, not a DNS lookup
             "--kubelet-preferred-address-types", "InternalIP,Hostname",
+            *control_plane.WORKLOAD_API_FLAGS,
         ],
     ))  # fmt: skip
 
@@ -100,5 +101,6 @@ def start_controllers(cluster: RunningCluster, binaries: dict[str, str]) -> None
         "--cluster-signing-cert-file", str(pki / "ca.crt"), "--cluster-signing-key-file", str(pki / "ca.key"),
         "--cluster-name", f"ddp-infra-{cluster.name}",
         "--service-cluster-ip-range", SERVICE_CIDR,
+        *control_plane.WORKLOAD_API_GATES,
     ])  # fmt: skip
-    cluster.spawn("kube-scheduler", [binaries["kube-scheduler"], *_identity_flags(pki, "kube-scheduler")])
+    cluster.spawn("kube-scheduler", [binaries["kube-scheduler"], *_identity_flags(pki, "kube-scheduler"), *control_plane.WORKLOAD_API_GATES])
