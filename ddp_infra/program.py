@@ -9,6 +9,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .claim_changes import CLAIMS_OUTPUT, recorded_claims, refuse_claim_changes
+from .cluster_apis import require_cluster_apis
 from .components import DdpTrainingStack, DdpTrainingStackArgs
 from .config import KubernetesConfig, StackConfig
 from .fit import require_world_fits
@@ -77,6 +78,7 @@ def namespace_provider(config: KubernetesConfig) -> Optional[k8s.Provider]:
 def build(config: StackConfig) -> dict[str, Any]:
     """Register every resource of the stack; return the stack outputs."""
     require_reachable_cluster(config.kubernetes, pulumi.get_stack())
+    require_cluster_apis(config)
     world = World.from_config(config, pulumi.get_project(), pulumi.get_stack())
     require_world_fits(world)
     provider = kubernetes_provider(config.kubernetes)

@@ -13,6 +13,7 @@ from .kubectl import Kubectl
 
 KUEUE_WORKLOADS = "workloads.kueue.x-k8s.io"
 VOLCANO_POD_GROUPS = "podgroups.scheduling.volcano.sh"
+KUBERNETES_POD_GROUPS = "podgroups.scheduling.k8s.io"  # the Workload API's, made by the Job controller
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 
 TRAINER_CONTAINER = "trainer"
@@ -142,20 +143,33 @@ def _describe(condition: dict[str, Any]) -> str:
     return ": ".join(part for part in (condition.get("reason"), condition.get("message")) if part)
 
 
+def kubernetes_pod_group_reason(group: dict[str, Any]) -> Optional[str]:
+    """The Kubernetes scheduler's word on a PodGroup it could not place whole."""
+    for condition in group.get("status", {}).get("conditions") or []:
+        if condition["type"] == "PodGroupScheduled" and condition["status"] == "False":
+            return f"the Kubernetes scheduler holds PodGroup {group['metadata']['name']} ({_describe(condition)})"
+    return None
+
+
 def _held(kubectl: Kubectl, world: WorldRef, workload: Optional[dict[str, Any]], pods: list[dict[str, Any]]) -> Optional[str]:
-    """Why the workload itself waits, in its queue's own words where it has one (Kueue's Workload,
-    Volcano's PodGroup); None when nothing holds it."""
+    """Why the workload itself waits, in its queue's or gang scheduler's own words where it has one
+    (Kueue's Workload, Volcano's or the Kubernetes scheduler's PodGroup); None when nothing holds it."""
     if workload is None:
         return f"{world.kind} {world.name} does not exist (yet)"
     if workload.get("spec", {}).get("suspend"):
         said = kueue_reason(_readable(kubectl, KUEUE_WORKLOADS), workload["metadata"]["uid"])
         return f"{world.kind} {world.name} is suspended: " + (said or "a queue has not admitted the world yet")
-    groups = {pod["metadata"].get("annotations", {}).get(VOLCANO_GROUP_ANNOTATION) for pod in pods
-              if pod.get("status", {}).get("phase", "Pending") == "Pending"} - {None}  # fmt: skip
-    if not groups:
-        return None
-    named = sorted((g for g in _readable(kubectl, VOLCANO_POD_GROUPS) if g["metadata"]["name"] in groups), key=lambda g: g["metadata"]["name"])
-    return next((said for group in named if (said := pod_group_reason(group))), None)
+    pending = [pod for pod in pods if pod.get("status", {}).get("phase", "Pending") == "Pending"]
+    named_by_pods = (
+        (VOLCANO_POD_GROUPS, {pod["metadata"].get("annotations", {}).get(VOLCANO_GROUP_ANNOTATION) for pod in pending}, pod_group_reason),
+        (KUBERNETES_POD_GROUPS, {(pod.get("spec", {}).get("schedulingGroup") or {}).get("podGroupName") for pod in pending}, kubernetes_pod_group_reason),
+    )
+    for kind, names, reason in named_by_pods:
+        if names - {None}:
+            groups = sorted((g for g in _readable(kubectl, kind) if g["metadata"]["name"] in names), key=lambda g: g["metadata"]["name"])
+            if said := next((said for group in groups if (said := reason(group))), None):
+                return said
+    return None
 
 
 def _claims_not_binding(kubectl: Kubectl, pods: list[dict[str, Any]]) -> list[str]:

@@ -22,7 +22,7 @@ SUITE_ORDER = ("cluster", "trainer", "engine")
 # go with them, so that no two of those run at once. Checked against the fixtures at collection.
 CONTROLLERS_CLUSTER_FILES = (
     "test_cluster_disruption.py", "test_cluster_elastic_jobset.py", "test_cluster_faults.py", "test_cluster_fit.py", "test_cluster_hang_watch.py", "test_cluster_jobset.py", "test_cluster_kueue.py",
-    "test_cluster_spare_pods.py", "test_cluster_volcano.py", "test_cluster_waiting.py",
+    "test_cluster_spare_pods.py", "test_cluster_volcano.py", "test_cluster_waiting.py", "test_cluster_workload_api.py",
 )  # fmt: skip
 
 

@@ -82,7 +82,7 @@ def _check_affinity(value: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]
     return value
 
 
-GANG_SCHEDULERS = ("none", "kueue", "volcano")
+GANG_SCHEDULERS = ("none", "kueue", "volcano", "kubernetes")
 # A WorkloadPriorityClass is named by a label on the workload (kueue.x-k8s.io/priority-class): a
 # DNS subdomain that is also a label value, so of at most 63 characters.
 WorkloadPriorityClassName = Annotated[
@@ -98,7 +98,7 @@ class GangConfig(Model):
 
     scheduler: Literal[GANG_SCHEDULERS] = Field(  # type: ignore[valid-type]
         "none",
-        description="none (pods are scheduled one by one), kueue (the workload waits suspended in a Kueue LocalQueue until its whole quota is free, an elastic Job's until its minimum's is; kinds job and jobset) or volcano (Volcano's scheduler binds all the pods of a PodGroup of minMember = nodes, an elastic world's minimum, or none).",
+        description="none (pods are scheduled one by one), kueue (the workload waits suspended in a Kueue LocalQueue until its whole quota is free, an elastic Job's until its minimum's is; kinds job and jobset), volcano (Volcano's scheduler binds all the pods of a PodGroup of minMember = nodes, an elastic world's minimum, or none) or kubernetes (the Kubernetes scheduler's own gang scheduling, through the Workload API: a PodGroup of minCount = nodes, an elastic world's minimum; Kubernetes 1.36 with the GenericWorkload and GangScheduling feature gates and scheduling.k8s.io/v1alpha2 served).",
     )
     queue: Optional[DnsLabel] = Field(
         None, description="kueue: the LocalQueue in the stack's namespace (required); volcano: the Queue (unset: Volcano's default)."
@@ -111,8 +111,8 @@ class GangConfig(Model):
     def _scheduler_has_what_it_needs(self) -> "GangConfig":
         if self.scheduler == "kueue" and not self.queue:
             raise field_problem(("queue",), "the name of a LocalQueue in the stack's namespace (required with scheduler kueue)", None)
-        if self.scheduler == "none" and self.queue:
-            raise field_problem(("queue",), "unset with scheduler none (set scheduler to kueue or volcano)", self.queue)
+        if self.scheduler in ("none", "kubernetes") and self.queue:
+            raise field_problem(("queue",), f"unset with scheduler {self.scheduler} (queues are Kueue's and Volcano's: set scheduler to kueue or volcano)", self.queue)
         if self.scheduler != "kueue" and self.workload_priority_class:
             raise field_problem(
                 ("workloadPriorityClass",), "unset unless scheduler is kueue (a Kueue WorkloadPriorityClass)", self.workload_priority_class
@@ -144,7 +144,7 @@ class SchedulingConfig(Model):
     )
     priority_class_name: Optional[DnsSubdomain] = Field(None, description="PriorityClass of the pods.")
     topology_spread: TopologySpreadConfig = Field(TopologySpreadConfig(), description="Topology spread of the pods.")
-    gang: GangConfig = Field(GangConfig(), description="Gang admission of the whole world: Kueue or Volcano.")
+    gang: GangConfig = Field(GangConfig(), description="Gang admission of the whole world: Kueue, Volcano or the Kubernetes scheduler.")
     topology: Optional[TopologyConfig] = Field(
         None,
         description="kueue: place the world's pods within one domain of a topology level (a rack, a block), where NCCL's bandwidth is; Kueue's topology-aware scheduling.",

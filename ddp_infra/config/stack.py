@@ -196,6 +196,8 @@ def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
                 "none or volcano with workload.kind statefulset (Kueue admits a Job or a JobSet as one workload; "
                 "set workload.kind to job or jobset)",
             ))
+    if have("workload", "nodes", "scheduling") and valid["scheduling"].gang.scheduler == "kubernetes":
+        problems += _kubernetes_gang_problems(valid)
     if have("nodes") and valid["nodes"].elastic:
         problems += _elastic_world_problems(valid)
     if have("workload") and valid["workload"].spare_pods:
@@ -235,6 +237,22 @@ def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
                     full_key(["secretEnv", name]), NOT_SHOWN, "a name not in env too (a variable has one value)",
                 ))
     return problems
+
+
+def _kubernetes_gang_problems(valid: dict[str, Any]) -> list[Problem]:
+    """What the Kubernetes scheduler's gang needs: a Job whose controller makes it a PodGroup, one
+    of all its pods (ddp_infra/gang.py)."""
+    workload, scheduler = valid["workload"], full_key(["scheduling", "gang", "scheduler"])
+    why_not = []
+    if workload.kind == contract.STATEFULSET:
+        why_not.append("workload.kind statefulset (the Job controller makes the PodGroup: set workload.kind to job or jobset)")
+    if valid["nodes"].elastic:
+        why_not.append(f"an elastic world, nodes {valid['nodes']} (the Job controller's PodGroup asks for every pod, MAX, at once; "
+                       "kueue and volcano admit MIN)")  # fmt: skip
+    if workload.spare_pods:
+        why_not.append(f"workload.sparePods {workload.spare_pods} (the Job controller's PodGroup would hold the world back "
+                       "until its spares fit too)")  # fmt: skip
+    return [Problem(scheduler, repr("kubernetes"), f"none, kueue or volcano with {reason}") for reason in why_not]
 
 
 def _elastic_world_problems(valid: dict[str, Any]) -> list[Problem]:

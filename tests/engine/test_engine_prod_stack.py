@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from pulumi_project import PulumiProject, changed_steps, resource_type
-from toolchain.apiserver import free_port
+from toolchain.apiserver import LocalApiServer, free_port
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -79,3 +79,27 @@ def test_preview_of_prod_against_a_real_api_server(prod, api_server):
     _assert_plans_the_whole_stack(preview)
     unreachable = [d["message"] for d in preview.get("diagnostics", []) if "unreachable" in d["message"]]
     assert not unreachable, "the provider did not reach the API server"
+
+
+def test_preview_with_the_kubernetes_gang_names_the_workload_api_a_cluster_lacks_and_plans_it_where_served(prod, api_server):
+    """`scheduling.gang.scheduler: kubernetes`: refused at preview, naming what is missing, against an
+    API server without the Workload API; planned against the local cluster's, which serves it."""
+    with prod.stack_file_restored("prod"):
+        prod.config_set("prod", "ddp-infra:scheduling.gang.scheduler", "kubernetes", path=True)
+        with LocalApiServer(workload_api=False) as without:
+            shutil.copyfile(without.kubeconfig, prod.kubeconfig)
+            try:
+                refused = prod.preview_diff("prod", check=False)
+            finally:
+                prod.kubeconfig.unlink()
+        shutil.copyfile(api_server.kubeconfig, prod.kubeconfig)
+        try:
+            result, preview = prod.preview_json("prod", check=False)
+        finally:
+            prod.kubeconfig.unlink()
+    assert refused.returncode != 0, refused.describe()
+    assert "the cluster does not serve scheduling.k8s.io/v1alpha2 workloads, podgroups" in refused.output, refused.output
+    assert "GenericWorkload" in refused.output and "--runtime-config=scheduling.k8s.io/v1alpha2=true" in refused.output
+    assert "nothing was created" in refused.output and "Traceback" not in refused.output, refused.output
+    assert result.returncode == 0, result.describe()
+    _assert_plans_the_whole_stack(preview)

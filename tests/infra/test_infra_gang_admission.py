@@ -1,7 +1,9 @@
-"""Gang admission (`scheduling.gang`): what Kueue and Volcano are handed, per workload kind.
+"""Gang admission (`scheduling.gang`): what Kueue, Volcano and the Kubernetes scheduler are handed,
+per workload kind.
 
 The schedulers' own behaviour is tested on the local cluster (tests/cluster/test_cluster_kueue.py,
-test_cluster_volcano.py), and the PodGroup against Volcano's CRD schema (test_infra_real_apiserver.py).
+test_cluster_volcano.py, test_cluster_workload_api.py), and the PodGroup against Volcano's CRD
+schema (test_infra_real_apiserver.py).
 """
 
 from __future__ import annotations
@@ -69,6 +71,21 @@ def test_without_gang_admission_nothing_of_kueue_or_volcano_is_written(kind):
     assert gang.VOLCANO_GROUP_ANNOTATION not in evaluation.pod_template["metadata"].get("annotations", {})
     assert evaluation.of_type(POD_GROUP) == []
     assert workload["metadata"]["annotations"]["pulumi.com/waitFor"] == ACCEPTED[kind]
+
+
+@pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
+@pulumi.runtime.test
+def test_with_the_kubernetes_scheduler_the_job_is_one_its_controller_makes_a_pod_group_of(kind):
+    """The Job controller's WorkloadWithJob makes a PodGroup of all a Job's pods when the Job is
+    Indexed, its parallelism equal to its completions and above 1 (test_cluster_workload_api.py);
+    the stack writes nothing else for this scheduler."""
+    evaluation = evaluate(kind, {"scheduler": "kubernetes"}, nodes=64)
+    plain = evaluate(kind, {"scheduler": "none"}, nodes=64)
+    workload = evaluation.workload.manifest
+    job = workload["spec"] if kind == contract.INDEXED_JOB else workload["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert (job["completionMode"], job["parallelism"], job["completions"]) == ("Indexed", 64, 64)
+    assert workload == plain.workload.manifest
+    assert sorted(r.type for r in evaluation.registered) == sorted(r.type for r in plain.registered)
 
 
 @pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)

@@ -15,7 +15,7 @@ import pytest
 
 from infra_harness import evaluate, evaluated, pod_template_of, stack_config_with
 from waiting import wait_for
-from ddp_infra import gang
+from ddp_infra import cluster_apis, gang
 from toolchain.apiserver import LocalApiServer, find_tool, tool_dir
 from toolchain.controller_addon import ControllerAddOn
 from toolchain.jobset import JOBSET
@@ -250,3 +250,15 @@ def test_a_kueue_stacks_workload_is_admitted_suspended_beside_kueues_crds(api, w
     stored = [item for item in json.loads(done.stdout)["items"] if item["kind"] == workload["kind"]]
     assert stored and stored[0]["spec"]["suspend"] is True
     assert stored[0]["metadata"]["labels"][gang.KUEUE_QUEUE_LABEL] == "team-a"
+
+
+@pytest.mark.timeout(180)
+def test_the_workload_api_is_found_where_the_api_server_serves_it_and_named_where_it_does_not(api, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", api.kubeconfig)
+    wanted = cluster_apis.WORKLOAD_API_RESOURCES
+    assert cluster_apis.missing_resources(wanted, cluster_apis.read_discovery(None, gang.WORKLOAD_API_VERSION)) == []
+    with LocalApiServer(workload_api=False) as without:
+        monkeypatch.setenv("KUBECONFIG", without.kubeconfig)
+        discovery = cluster_apis.read_discovery(None, gang.WORKLOAD_API_VERSION)
+        assert discovery is None
+        assert cluster_apis.missing_resources(wanted, discovery) == list(wanted)

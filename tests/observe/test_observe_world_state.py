@@ -1,6 +1,7 @@
-"""Why a world waits, in its queue's own words: Kueue's Workload and Volcano's PodGroup as the API
-server returns them (observe/world_state.py). On the local cluster: tests/cluster/test_cluster_kueue.py
-and test_cluster_volcano.py read them through the status view."""
+"""Why a world waits, in its queue's own words: Kueue's Workload, Volcano's PodGroup and the Kubernetes
+scheduler's PodGroup as the API server returns them (observe/world_state.py). On the local cluster:
+tests/cluster/test_cluster_kueue.py, test_cluster_volcano.py and test_cluster_workload_api.py read
+them through the status view."""
 
 from __future__ import annotations
 
@@ -33,6 +34,17 @@ def test_volcanos_reason_is_its_pod_groups_last_unschedulable_condition():
     assert world_state.pod_group_reason({"metadata": {"name": "trainer"}, "status": {"phase": "Inqueue"}}) is None
     # the pods name their group by the annotation the program writes
     assert world_state.VOLCANO_GROUP_ANNOTATION == gang.VOLCANO_GROUP_ANNOTATION
+
+
+def test_the_kubernetes_schedulers_reason_is_its_pod_groups_false_scheduled_condition():
+    # as the 1.36 scheduler writes it on a PodGroup of 3 with room for 2 (seen on the local cluster)
+    held = {"type": "PodGroupScheduled", "status": "False", "reason": "Unschedulable", "message": "pod group is unschedulable"}
+    group = {"metadata": {"name": "trainer-5c9d-trainer-pgt-0-7b4f"}, "status": {"conditions": [held]}}
+    assert world_state.kubernetes_pod_group_reason(group) == (
+        "the Kubernetes scheduler holds PodGroup trainer-5c9d-trainer-pgt-0-7b4f (Unschedulable: pod group is unschedulable)")
+    scheduled = {**held, "status": "True", "reason": "Scheduled", "message": ""}
+    assert world_state.kubernetes_pod_group_reason({**group, "status": {"conditions": [scheduled]}}) is None
+    assert world_state.kubernetes_pod_group_reason({"metadata": group["metadata"]}) is None  # not tried yet
 
 
 def pod(name: str, scheduled: bool, *claims: str) -> dict:

@@ -1,0 +1,118 @@
+"""`scheduling.gang.scheduler: kubernetes` on a cluster of Kubernetes 1.36 with the Workload API and
+its gang scheduling on (the alpha gates: toolchain/control_plane.py), through the real engine, as a
+Job and as a JobSet: the Job controller makes a PodGroup of the world's pods, and a world of 2 is
+bound whole; a lost pod's replacement joins it; a world of 3 that the node has room for only 2 of
+(another pod holds the rest of its CPU) is bound not at all, no pod of it reaching the node, the
+status view giving the scheduler's reason; once that pod goes, the whole world is bound. The Job
+controller creates every pod at once, so only the scheduler holds them back.
+
+The pods run the pause image in place of the trainer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from cluster_testing import (NAMESPACE, get, kill_container, node_cpu, pause_pod_resources, pods, running, status_view,
+                             wait_for, world_pods, world_running)  # fmt: skip
+from trainer import contract
+from ddp_infra.config import parse_quantity
+
+pytestmark = pytest.mark.timeout(900)
+
+POD_CPU_MILLIS = 400
+GANG = {"scheduling__gang": {"scheduler": "kubernetes"}, **pause_pod_resources(f"{POD_CPU_MILLIS}m")}
+HOLDER = "cpu-holder"
+POD_GROUPS = "podgroups.scheduling.k8s.io"  # not Volcano's podgroups.scheduling.volcano.sh
+
+
+def millis(quantity: str) -> int:
+    return int(parse_quantity(quantity) * 1000)
+
+
+def free_cpu_millis(cluster) -> int:
+    """The node's allocatable CPU less what its pods that have not ended ask for."""
+    asked = sum(millis(container["resources"].get("requests", {}).get("cpu", "0"))
+                for namespace in ("default", NAMESPACE) for pod in pods(cluster, namespace, store=True).values()
+                if pod["status"].get("phase") not in ("Succeeded", "Failed") for container in pod["spec"]["containers"])  # fmt: skip
+    return millis(node_cpu(cluster)) - asked
+
+
+def holder_pod(image: str, cpu_millis: int) -> dict:
+    """A pod outside the world that holds `cpu_millis` of the node's CPU."""
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": HOLDER, "namespace": "default"},
+        "spec": {"containers": [{"name": "pause", "image": image, "imagePullPolicy": "IfNotPresent",
+                                 "resources": {"requests": {"cpu": f"{cpu_millis}m"}, "limits": {"memory": "16Mi"}}}]},
+    }  # fmt: skip
+
+
+def bound(cluster) -> list[str]:
+    return [name for name, pod in pods(cluster, NAMESPACE).items() if pod["spec"].get("nodeName")]
+
+
+def pod_group(cluster) -> dict:
+    """The PodGroup the world's pods name (the Job controller makes it, with a name of its own)."""
+    (name,) = {pod["spec"]["schedulingGroup"]["podGroupName"] for pod in world_pods(cluster).values()}
+    return get(cluster, POD_GROUPS, name, NAMESPACE)
+
+
+def scheduled_condition(cluster) -> dict | None:
+    conditions = pod_group(cluster).get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "PodGroupScheduled"), None)
+
+
+@pytest.fixture
+def holder(controllers_cluster):
+    yield lambda cpu_millis: controllers_cluster.kubectl("apply", "-f", "-", input=json.dumps(holder_pod(controllers_cluster.images["pause"], cpu_millis)))
+    controllers_cluster.kubectl("delete", "pod", HOLDER, "-n", "default", "--ignore-not-found", "--wait=true", "--timeout=120s")
+
+
+@pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
+def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(controllers_cluster, pause_stack, holder, kind):
+    cluster = controllers_cluster
+
+    # A world of 2 with room for it: bound whole, its pods in the PodGroup the Job controller made.
+    started = time.monotonic()
+    pause_stack.up(nodes=2, workload__kind=kind, **GANG)
+    wait_for(lambda: world_running(cluster, 2), 300, "both pods Running", interval=1)
+    bound_after = time.monotonic() - started
+    group = pod_group(cluster)
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
+    assert [ref["kind"] for ref in group["metadata"]["ownerReferences"] if ref.get("controller")] == ["Job"]
+    scheduled = wait_for(lambda: scheduled_condition(cluster), 60, "the PodGroup's PodGroupScheduled condition")
+    assert scheduled["status"] == "True", scheduled
+
+    # A lost pod (its container SIGKILLed): the world runs again, the replacement bound with the rest.
+    lost = world_pods(cluster)[1]
+    kill_container(cluster, lost["metadata"]["name"])
+    wait_for(lambda: world_running(cluster, 2) and world_pods(cluster)[1]["metadata"]["uid"] != lost["metadata"]["uid"], 180,
+             "the lost pod's replacement Running", interval=1)  # fmt: skip
+
+    # Room for 2 of a world of 3 pods: another pod holds the rest of the node's CPU (counted with
+    # the world of 2 still running, which the new world replaces).
+    room_once_replaced = free_cpu_millis(cluster) + 2 * POD_CPU_MILLIS
+    holder(room_once_replaced - (2 * POD_CPU_MILLIS + POD_CPU_MILLIS // 2))
+    wait_for(lambda: running(get(cluster, "pod", HOLDER, "default")), 120, "the pod holding the CPU Running")
+    pause_stack.up(nodes=3, workload__kind=kind, **GANG)
+    wait_for(lambda: len(world_pods(cluster)) == 3, 120, "the Job's controller to create 3 pods", interval=1)
+    why = wait_for(lambda: (c := scheduled_condition(cluster)) and c["status"] == "False" and c, 120,
+                   "the scheduler to try the world of 3 and record why it waits", interval=1)  # fmt: skip
+    assert why["reason"] == "Unschedulable", why
+    time.sleep(10)  # the scheduler has had more tries: still no pod bound
+    assert bound(cluster) == [], "no pod of a world the scheduler holds back may reach the node"
+    status = status_view(cluster, pause_stack.outputs["statusCommand"])
+    name = pod_group(cluster)["metadata"]["name"]
+    assert f"waiting: the Kubernetes scheduler holds PodGroup {name} (Unschedulable: " in status, status
+    assert "Insufficient cpu" in status, "the pod that does not fit says why"
+
+    # The CPU is given back: the whole world of 3 is bound.
+    started = time.monotonic()
+    cluster.kubectl("delete", "pod", HOLDER, "-n", "default", "--wait=false")
+    wait_for(lambda: world_running(cluster, 3), 300, "all 3 pods Running", interval=1)
+    assert len(bound(cluster)) == 3
+    print(f"\n[figures] Kubernetes gang ({kind}): world of 2 bound and Running {bound_after:.1f} s after up; world of 3 held back "
+          f"(PodGroupScheduled {why['reason']}: {why['message']}), then Running {time.monotonic() - started:.1f} s after the CPU was freed")  # fmt: skip
