@@ -32,7 +32,7 @@ from .config import StackConfig, parse_quantity
 from .gang import amount_text, fewest_pods_admitted, pod_requests
 from .names import PROJECT
 from .pod import pod_template
-from .queue_quota import QueueLimit, kueue_limit, queue_problem, volcano_limit
+from .queue_quota import QueueLimit, cohort_of, cohort_peers, kueue_limit, queue_problem, volcano_limit
 from .reachability import needs_no_cluster
 from .world import World
 
@@ -184,13 +184,12 @@ def read_queue_limit(config: StackConfig) -> Optional[QueueLimit]:
     if gang.scheduler == "kueue":
         local = _kubectl_json(context, "get", "localqueues.kueue.x-k8s.io", gang.queue, "-n", config.namespace.name)
         cluster_queue = _kubectl_json(context, "get", "clusterqueues.kueue.x-k8s.io", local["spec"]["clusterQueue"])
-        cohort = cluster_queue["spec"].get("cohort")
+        cohort = cohort_of(cluster_queue)
         others: list[dict[str, Any]] = []
         if cohort:
             if _kubectl_json(context, "get", "cohorts.kueue.x-k8s.io", cohort, check=False):
                 raise RuntimeError(f"its ClusterQueue's cohort {cohort} is a Cohort with quota of its own, which is not counted")
-            queues = _kubectl_json(context, "get", "clusterqueues.kueue.x-k8s.io")["items"]
-            others = [q for q in queues if q["spec"].get("cohort") == cohort and q["metadata"]["name"] != cluster_queue["metadata"]["name"]]
+            others = cohort_peers(cluster_queue, _kubectl_json(context, "get", "clusterqueues.kueue.x-k8s.io")["items"])
         return kueue_limit(local, cluster_queue, others)
     if gang.scheduler == "volcano":
         return volcano_limit(_kubectl_json(context, "get", "queues.scheduling.volcano.sh", gang.queue or VOLCANO_DEFAULT_QUEUE))

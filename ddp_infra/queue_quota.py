@@ -44,6 +44,19 @@ def _lends(queue: dict[str, Any], flavor: str, resource: str) -> Decimal:
     return Decimal(0)
 
 
+def cohort_of(cluster_queue: dict[str, Any]) -> Optional[str]:
+    """The ClusterQueue's cohort: `cohortName` in Kueue's v1beta2 API (preferred from Kueue 0.15),
+    `cohort` in v1beta1."""
+    spec = cluster_queue.get("spec", {})
+    return spec.get("cohortName") or spec.get("cohort")
+
+
+def cohort_peers(cluster_queue: dict[str, Any], cluster_queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The other ClusterQueues of the queue's cohort (none without one)."""
+    cohort, name = cohort_of(cluster_queue), cluster_queue["metadata"]["name"]
+    return [q for q in cluster_queues if cohort and cohort_of(q) == cohort and q["metadata"]["name"] != name]
+
+
 def kueue_limit(local_queue: dict[str, Any], cluster_queue: dict[str, Any], cohort: list[dict[str, Any]]) -> QueueLimit:
     """`cohort`: the other ClusterQueues of the same cohort (none without one)."""
     most: dict[str, tuple[Decimal, str]] = {}

@@ -138,6 +138,23 @@ def test_kueue_admits_at_most_one_flavors_quota_and_what_its_cohort_lends():
     assert alone.most["cpu"] == (Decimal(6), "flavor spot: nominal quota 6")
 
 
+def test_a_cluster_queues_cohort_is_read_as_kueues_v1beta1_and_v1beta2_apis_name_it():
+    """Kueue 0.15 and later serve v1beta2 first, where a ClusterQueue's `cohort` is `cohortName`:
+    its lenders count either way."""
+    worlds = cluster_queue("worlds", {"spot": {"cpu": {"nominalQuota": "6"}}}, cohort="research")
+    renamed = {**worlds, "spec": {"cohortName": "research", **{k: v for k, v in worlds["spec"].items() if k != "cohort"}}}
+    lender = cluster_queue("other", {"spot": {"cpu": {"nominalQuota": "20", "lendingLimit": "4"}}}, cohort="research")
+    lender_v1beta2 = {**lender, "metadata": {"name": "third"}, "spec": {"cohortName": "research", "resourceGroups": lender["spec"]["resourceGroups"]}}
+    stranger = cluster_queue("stranger", {"spot": {"cpu": {"nominalQuota": "50"}}}, cohort="elsewhere")
+    everything = [worlds, lender, lender_v1beta2, stranger]
+    assert queue_quota.cohort_of(renamed) == queue_quota.cohort_of(worlds) == "research"
+    for queue in (worlds, renamed):
+        peers = queue_quota.cohort_peers(queue, everything)
+        assert [q["metadata"]["name"] for q in peers] == ["other", "third"]
+        assert queue_quota.kueue_limit(LOCAL_QUEUE, queue, peers).most["cpu"][0] == Decimal(14)
+    assert queue_quota.cohort_peers(cluster_queue("alone", {}), everything) == []
+
+
 def test_a_world_past_its_kueue_quota_or_asking_an_uncovered_resource_is_refused_with_the_numbers():
     limit = queue_quota.kueue_limit(LOCAL_QUEUE, cluster_queue("worlds", {"default": {
         "cpu": {"nominalQuota": "100"}, "memory": {"nominalQuota": "100Gi"}, "pods": {"nominalQuota": 3}}}), [])  # fmt: skip
