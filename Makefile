@@ -22,6 +22,7 @@ bench:
 	$(PY) bench/bench_reform.py
 	$(PY) bench/bench_gpu.py
 	$(PY) bench/bench_gpu_pod.py
+	$(PY) bench/bench_gpu_spare.py
 
 # The markdown that CI posts on a pull request for STACK (default dev), on stdout.
 preview-diff:

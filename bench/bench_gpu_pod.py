@@ -18,7 +18,6 @@ Usage: python bench/bench_gpu_pod.py [--repeats 2]
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import statistics
@@ -30,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "trainer")]
-from report import print_table  # noqa: E402  bench/report.py: the scripts run with bench/ on sys.path
+from report import gpu_repeats, print_table  # noqa: E402  bench/report.py: the scripts run with bench/ on sys.path
 from trainer_testing import (  # noqa: E402
     LONG_ARGS, Proc, clean_env, descendants, done_lines, entrypoint_command, free_port, kill_tree, pod_env, same_result,
     worker_pids,
@@ -127,17 +126,13 @@ def worker_killed() -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=2)
-    args = parser.parse_args()
+    repeats = gpu_repeats(__doc__, "bench_gpu_pod")
+    if repeats is None:
+        return
     import torch
 
-    if not torch.cuda.is_available():
-        print("bench_gpu_pod: no CUDA device here; nothing to measure")
-        return
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
     runs: dict[str, list[dict]] = {setup: [] for setup in SETUPS}
-    for repeat in range(args.repeats):
+    for repeat in range(repeats):
         for setup, options in SETUPS.items():
             result = uninterrupted(options, look_at_gpu=repeat == 0)
             runs[setup].append(result)
@@ -159,7 +154,7 @@ def main() -> None:
     rows.append(("GPU processes of a spawned pod", "; ".join(runs["spawned (torchrun's own)"][0]["gpu"])))
     rows += [(f"worker killed at step 16: kill to {name}", f"{value:.1f} s") for name, value in killed["marks"].items()]
     rows.append(("worker killed: ended with the uninterrupted [DONE] result", str(reference is not None and killed["done"] == reference)))
-    print_table(f"The pod's path on one GPU (median of {args.repeats}; {torch.cuda.get_device_name(0)})", rows)
+    print_table(f"The pod's path on one GPU (median of {repeats}; {torch.cuda.get_device_name(0)})", rows)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
-"""How the benchmark scripts print their figures: a title line, then name and value in two columns."""
+"""How the benchmark scripts print their figures (a title line, then name and value in two columns),
+and how the GPU scripts start."""
 
 from __future__ import annotations
+
+import argparse
 
 
 def print_table(title: str, rows: list[tuple[str, str]]) -> None:
@@ -8,3 +11,18 @@ def print_table(title: str, rows: list[tuple[str, str]]) -> None:
     print(title)
     for name, value in rows:
         print(f"  {name:<{width}}  {value:>12}")
+
+
+def gpu_repeats(doc: str, script: str, default: int = 2) -> int | None:
+    """A GPU script's `--repeats`, once it has said which torch and GPU it runs on; None, after
+    saying why, where there is no CUDA device."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=default)
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"{script}: no CUDA device here; nothing to measure")
+        return None
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
+    return args.repeats
