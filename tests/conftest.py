@@ -22,8 +22,11 @@ SUITE_ORDER = ("cluster", "trainer", "engine")
 # go with them, so that no two of those run at once. Checked against the fixtures at collection.
 CONTROLLERS_CLUSTER_FILES = (
     "test_cluster_disruption.py", "test_cluster_elastic_jobset.py", "test_cluster_faults.py", "test_cluster_fit.py", "test_cluster_hang_watch.py", "test_cluster_jobset.py", "test_cluster_kueue.py",
-    "test_cluster_spare_pods.py", "test_cluster_volcano.py", "test_cluster_waiting.py", "test_cluster_workload_api.py",
+    "test_cluster_spare_pods.py", "test_cluster_volcano.py", "test_cluster_waiting.py",
 )  # fmt: skip
+# ...and those on the cluster whose control plane runs the alpha Workload API (`workload_api_cluster`),
+# which changes how every Job is scheduled there.
+WORKLOAD_API_CLUSTER_FILES = ("test_cluster_workload_api.py",)
 
 
 def work_unit(nodeid: str) -> str:
@@ -32,6 +35,8 @@ def work_unit(nodeid: str) -> str:
     parts = Path(nodeid.split("::", 1)[0]).parts  # ("tests", suite, file) or ("tests", file)
     suite = parts[1] if len(parts) > 2 else ""
     if suite == "cluster":
+        if parts[-1] in WORKLOAD_API_CLUSTER_FILES:
+            return "workload-api cluster"
         return "controllers cluster" if parts[-1] in CONTROLLERS_CLUSTER_FILES else "test cluster"
     if suite == "engine":
         return "engine"  # the deployed dev stack and the API server are the session's
@@ -58,11 +63,11 @@ def suite_rank(item: pytest.Item) -> int:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=suite_rank)  # stable: each file keeps its order
     misplaced = [
-        item.nodeid for item in items
-        if ("controllers_cluster" in item.fixturenames) != (work_unit(item.nodeid) == "controllers cluster")
+        item.nodeid for item in items for fixture, unit in (("controllers_cluster", "controllers cluster"), ("workload_api_cluster", "workload-api cluster"))
+        if (fixture in item.fixturenames) != (work_unit(item.nodeid) == unit)
     ]  # fmt: skip
     if misplaced:
-        raise pytest.UsageError(f"tests/conftest.py's CONTROLLERS_CLUSTER_FILES disagrees with these tests' cluster fixture: {misplaced}")
+        raise pytest.UsageError(f"tests/conftest.py's cluster file lists disagree with these tests' cluster fixture: {misplaced}")
 
 
 # Lines a session leaves for the run's closing summary (a worker's reach the controller's).

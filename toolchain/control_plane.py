@@ -10,7 +10,9 @@ from pathlib import Path
 
 # The Kubernetes scheduler's gang scheduling (`scheduling.gang.scheduler: kubernetes`), alpha in
 # Kubernetes 1.36: the feature gates of every control-plane component, and the API server serving
-# the Workload API (ddp_infra/cluster_apis.py).
+# the Workload API (ddp_infra/cluster_apis.py). A cluster that asks for them (LocalCluster's
+# workload_api): with WorkloadWithJob, the Job controller gangs every Indexed Job whose
+# parallelism equals its completions, an elastic world's too, whatever the stack's scheduler.
 WORKLOAD_API_GATES = ["--feature-gates", "GenericWorkload=true,GangScheduling=true,WorkloadWithJob=true"]
 WORKLOAD_API_FLAGS = [*WORKLOAD_API_GATES, "--runtime-config", "scheduling.k8s.io/v1alpha2=true"]
 

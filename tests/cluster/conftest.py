@@ -86,6 +86,23 @@ def controllers_cluster():
 
 
 @pytest.fixture(scope="session")
+def workload_api_cluster():
+    """A cluster whose control plane runs the alpha Workload API and its gang scheduling, with the
+    JobSet controller, and the pause image only: the Job controller gangs every Indexed Job there
+    whose parallelism equals its completions, so the other journeys run elsewhere."""
+    _require_managers()
+    with _running(LocalCluster("workload-api", domain=TEST_DOMAIN, addons=("jobset",), with_images=("pause",), workload_api=True)) as local:
+        yield local
+
+
+@pytest.fixture
+def workload_api_pause_stack(workload_api_cluster, tmp_path):
+    """The dev stack on the Workload API's cluster with the pause binary in place of the trainer."""
+    with _removed_after(workload_api_cluster, paused(workload_api_cluster, tmp_path / "engine")) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="session")
 def controllers_dev_image(controllers_cluster):
     return _dev_image(controllers_cluster)
 

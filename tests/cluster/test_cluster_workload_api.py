@@ -1,5 +1,6 @@
 """`scheduling.gang.scheduler: kubernetes` on a cluster of Kubernetes 1.36 with the Workload API and
-its gang scheduling on (the alpha gates: toolchain/control_plane.py), through the real engine, as a
+its gang scheduling on (the alpha gates: toolchain/control_plane.py; a cluster of its own, since
+they change how every Job there is scheduled), through the real engine, as a
 Job and as a JobSet: the Job controller makes a PodGroup of the world's pods, and a world of 2 is
 bound whole; a lost pod's replacement joins it; a world of 3 that the node has room for only 2 of
 (another pod holds the rest of its CPU) is bound not at all, no pod of it reaching the node, the
@@ -66,14 +67,15 @@ def scheduled_condition(cluster) -> dict | None:
 
 
 @pytest.fixture
-def holder(controllers_cluster):
-    yield lambda cpu_millis: controllers_cluster.kubectl("apply", "-f", "-", input=json.dumps(holder_pod(controllers_cluster.images["pause"], cpu_millis)))
-    controllers_cluster.kubectl("delete", "pod", HOLDER, "-n", "default", "--ignore-not-found", "--wait=true", "--timeout=120s")
+def holder(workload_api_cluster):
+    yield lambda cpu_millis: workload_api_cluster.kubectl("apply", "-f", "-", input=json.dumps(holder_pod(workload_api_cluster.images["pause"], cpu_millis)))
+    workload_api_cluster.kubectl("delete", "pod", HOLDER, "-n", "default", "--ignore-not-found", "--wait=true", "--timeout=120s")
 
 
 @pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
-def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(controllers_cluster, pause_stack, holder, kind):
-    cluster = controllers_cluster
+def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api_cluster, workload_api_pause_stack, holder, kind):
+    pause_stack = workload_api_pause_stack
+    cluster = workload_api_cluster
 
     # A world of 2 with room for it: bound whole, its pods in the PodGroup the Job controller made.
     started = time.monotonic()

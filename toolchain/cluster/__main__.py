@@ -24,6 +24,7 @@ def main() -> int:
             p.add_argument("--without-images", action="store_true", help="import no image (no pod can start)")
             p.add_argument("--domain", default="cluster.local", help="the cluster domain (default cluster.local)")
             p.add_argument("--addon", action="append", default=[], choices=sorted(ADDONS), help="start an add-on with the cluster (repeatable)")
+            p.add_argument("--workload-api", action="store_true", help="the alpha Workload API and gang scheduling on (Kubernetes 1.36)")
     relay_parser = sub.add_parser("relay", help=argparse.SUPPRESS)
     relay_parser.add_argument("listen_port", type=int)
     relay_parser.add_argument("netns_pid", type=int)
@@ -33,7 +34,8 @@ def main() -> int:
         relay(args.listen_port, args.netns_pid, args.target_port)
         return 0
     cluster = LocalCluster(args.name, with_images=not getattr(args, "without_images", False),
-                           domain=getattr(args, "domain", "cluster.local"), addons=getattr(args, "addon", ()))  # fmt: skip
+                           domain=getattr(args, "domain", "cluster.local"), addons=getattr(args, "addon", ()),
+                           workload_api=getattr(args, "workload_api", False))  # fmt: skip
     if args.command == "up":
         try:
             cluster.start()

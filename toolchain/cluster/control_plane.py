@@ -37,7 +37,7 @@ def start_etcd_and_apiserver(cluster: RunningCluster, binaries: dict[str, str]) 
             "--enable-admission-plugins", "NodeRestriction",
             # logs, exec and port-forward reach the kubelet by its address, not a DNS lookup
             "--kubelet-preferred-address-types", "InternalIP,Hostname",
-            *control_plane.WORKLOAD_API_FLAGS,
+            *(control_plane.WORKLOAD_API_FLAGS if cluster.workload_api else []),
         ],
     ))  # fmt: skip
 
@@ -92,6 +92,7 @@ def _identity_flags(pki: Path, component: str) -> list[str]:
 
 def start_controllers(cluster: RunningCluster, binaries: dict[str, str]) -> None:
     pki = cluster.run_dir / "pki"
+    gates = control_plane.WORKLOAD_API_GATES if cluster.workload_api else []
     cluster.spawn("kube-controller-manager", [
         binaries["kube-controller-manager"],
         *_identity_flags(pki, "kube-controller-manager"),
@@ -101,6 +102,6 @@ def start_controllers(cluster: RunningCluster, binaries: dict[str, str]) -> None
         "--cluster-signing-cert-file", str(pki / "ca.crt"), "--cluster-signing-key-file", str(pki / "ca.key"),
         "--cluster-name", f"ddp-infra-{cluster.name}",
         "--service-cluster-ip-range", SERVICE_CIDR,
-        *control_plane.WORKLOAD_API_GATES,
+        *gates,
     ])  # fmt: skip
-    cluster.spawn("kube-scheduler", [binaries["kube-scheduler"], *_identity_flags(pki, "kube-scheduler"), *control_plane.WORKLOAD_API_GATES])
+    cluster.spawn("kube-scheduler", [binaries["kube-scheduler"], *_identity_flags(pki, "kube-scheduler"), *gates])

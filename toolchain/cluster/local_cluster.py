@@ -47,9 +47,13 @@ class LocalCluster:
     """
 
     def __init__(self, name: str = "ddp-infra", *, bin_dir: Path | None = None, startup_timeout: float = 240.0,
-                 with_images: bool | Iterable[str] = True, domain: str = "cluster.local", addons: Iterable[str] = ()):
+                 with_images: bool | Iterable[str] = True, domain: str = "cluster.local", addons: Iterable[str] = (),
+                 workload_api: bool = False):
         self.name = name
         self.addons = tuple(addons)
+        # The alpha Workload API and its gang scheduling (control_plane.WORKLOAD_API_FLAGS): with
+        # them, the Job controller gangs every Indexed Job whose parallelism equals its completions.
+        self.workload_api = workload_api
         unknown = sorted(set(self.addons) - set(ADDONS))
         if unknown:
             raise ClusterError(f"unknown add-on(s) {', '.join(unknown)}; known: {', '.join(ADDONS)}")

@@ -20,6 +20,7 @@ class RunningCluster(Protocol):
     cgroup_root: str
     run_dir: Path
     addons: tuple[str, ...]
+    workload_api: bool
     daemons: Daemons
     containerd: Containerd
     node: NodeNamespace
