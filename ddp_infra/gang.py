@@ -28,7 +28,8 @@ while the rest waits for capacity, and two such worlds can hold each other's hal
 - **Topology** (`scheduling.topology`, Kueue only): the pod template names a level of the Kueue
   Topology its ResourceFlavor points to, and Kueue admits the world once one domain of that level
   (a rack, a block) can hold every pod (`required`), or places it in as few as it can
-  (`preferred`); it then gates the pods to the nodes it chose.
+  (`preferred`), each slice of `slice.size` pods (where asked) within one domain of a lower
+  level; it then gates the pods to the nodes it chose.
 
 Pure functions of the `World`, like ddp_infra.pod and ddp_infra.workload, which call them.
 """
@@ -51,6 +52,9 @@ KUEUE_TOPOLOGY_ANNOTATIONS = {
     "required": "kueue.x-k8s.io/podset-required-topology",
     "preferred": "kueue.x-k8s.io/podset-preferred-topology",
 }
+# ...and, for slices of the world, the lower level each slice stays within, and its size in pods.
+KUEUE_SLICE_LEVEL_ANNOTATION = "kueue.x-k8s.io/podset-slice-required-topology"
+KUEUE_SLICE_SIZE_ANNOTATION = "kueue.x-k8s.io/podset-slice-size"
 VOLCANO_SCHEDULER = "volcano"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 POD_GROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
@@ -102,9 +106,12 @@ def pod_scheduling(world: World) -> tuple[dict[str, Any], dict[str, str]]:
     if uses(world, "volcano"):
         return {"schedulerName": VOLCANO_SCHEDULER}, {VOLCANO_GROUP_ANNOTATION: world.pod_group_name}
     topology = world.config.scheduling.topology
-    if topology is not None:
-        return {}, {KUEUE_TOPOLOGY_ANNOTATIONS[topology.mode]: topology.level}
-    return {}, {}
+    if topology is None:
+        return {}, {}
+    annotations = {KUEUE_TOPOLOGY_ANNOTATIONS[topology.mode]: topology.level}
+    if topology.slice is not None:
+        annotations |= {KUEUE_SLICE_LEVEL_ANNOTATION: topology.slice.level, KUEUE_SLICE_SIZE_ANNOTATION: str(topology.slice.size)}
+    return {}, annotations
 
 
 def pod_group_manifest(world: World, pod_template: dict[str, Any]) -> dict[str, Any]:

@@ -50,7 +50,7 @@ actionlint_version=1.7.12
 jobset_version=0.12.0
 # The Kueue controller, an add-on of the test cluster (`scheduling.gang.scheduler: kueue`): the
 # newest release the proxy serves (it refuses 0.13 and 0.14).
-kueue_version=0.12.3
+kueue_version=0.19.2
 # Volcano's scheduler (`scheduling.gang.scheduler: volcano`): the only release of its module the proxy serves.
 volcano_version=1.10.0
 # kube-router's network policy controller, which enforces the stack's NetworkPolicy on the test

@@ -2,7 +2,8 @@
 
 It manages Indexed Jobs, and JobSets where the JobSet add-on runs too; a Job or JobSet is Kueue's
 when it carries the `kueue.x-k8s.io/queue-name` label. Its on-demand visibility API (an aggregated
-API server of its own) is off: nothing here reads it.
+API server of its own) is off: nothing here reads it. Its CRDs serve v1beta2 (stored) and v1beta1,
+converted by its webhook (toolchain/controller_addon.py).
 """
 
 from __future__ import annotations
@@ -23,12 +24,11 @@ _PROBE = {
 def _configuration(_cert_dir: Any, addons: tuple[str, ...]) -> dict[str, Any]:
     frameworks = ["batch/job", *(["jobset.x-k8s.io/jobset"] if "jobset" in addons else [])]
     return {
-        "apiVersion": "config.kueue.x-k8s.io/v1beta1",
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": "kueue-system",
         "integrations": {"frameworks": frameworks},
-        # Topology-aware scheduling is alpha in 0.12, off unless asked for (scheduling.topology needs it).
-        "featureGates": {"VisibilityOnDemand": False, "TopologyAwareScheduling": True},
+        "featureGates": {"VisibilityOnDemand": False},
     }
 
 
@@ -47,7 +47,8 @@ KUEUE = ControllerAddOn(
     probe_answered=lambda dry_run: dry_run.get("spec", {}).get("suspend") is True,
     webhook_groups=("kueue.x-k8s.io", "batch", "jobset.x-k8s.io"),
     namespace="kueue-system",
-    # With its own certificate management off, 0.12 reads its metrics server's certificate from
+    namespaced_roles=("kueue-manager-secrets-role",),
+    # With its own certificate management off, it reads its metrics server's certificate from
     # there, and exits without one, even with the metrics server off.
     fixed_cert_dirs=("/etc/kueue/metrics/certs",),
 )

@@ -123,6 +123,14 @@ class GangConfig(Model):
 TOPOLOGY_MODES = ("required", "preferred")
 
 
+class TopologySliceConfig(Model):
+    """Slices of the world that Kueue places each within one domain of a lower level (Kueue's
+    topology-aware scheduling with slices, 0.14 and later)."""
+
+    level: NodeLabelKey = Field(description="The node label of the level each slice stays within (e.g. a rack, where the world is larger than one).")
+    size: int = Field(ge=1, le=1024, description="Pods per slice: it divides the Job's pods (nodes, and spare pods), each slice within one domain of that level.")
+
+
 class TopologyConfig(Model):
     """Where Kueue places the world's pods: within one domain of a level of its Topology
     (topology-aware scheduling, ddp_infra/gang.py)."""
@@ -133,6 +141,9 @@ class TopologyConfig(Model):
     mode: Literal[TOPOLOGY_MODES] = Field(  # type: ignore[valid-type]
         "required",
         description="required: Kueue admits the world only once one domain of that level can hold all its pods; preferred: in as few domains as it can.",
+    )
+    slice: Optional[TopologySliceConfig] = Field(
+        None, description="Where the world is larger than one domain of a lower level: slices of it, each within one such domain (a rack within the block)."
     )
 
 

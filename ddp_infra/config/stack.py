@@ -196,6 +196,8 @@ def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
                 "none or volcano with workload.kind statefulset (Kueue admits a Job or a JobSet as one workload; "
                 "set workload.kind to job or jobset)",
             ))
+    if have("workload", "nodes", "scheduling") and valid["scheduling"].topology and valid["scheduling"].topology.slice:
+        problems += _topology_slice_problems(valid)
     if have("workload", "nodes", "scheduling") and valid["scheduling"].gang.scheduler == "kubernetes":
         problems += _kubernetes_gang_problems(valid)
     if have("nodes") and valid["nodes"].elastic:
@@ -237,6 +239,18 @@ def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
                     full_key(["secretEnv", name]), NOT_SHOWN, "a name not in env too (a variable has one value)",
                 ))
     return problems
+
+
+def _topology_slice_problems(valid: dict[str, Any]) -> list[Problem]:
+    """Kueue places the Job's pods in slices of `size`: a count it knows, which they divide."""
+    size, nodes = valid["scheduling"].topology.slice.size, valid["nodes"]
+    key = full_key(["scheduling", "topology", "slice", "size"])
+    if nodes.elastic:
+        return [Problem(key, repr(size), f"unset with an elastic world, nodes {nodes} (Kueue admits it partly: its slices would not add up)")]
+    pods = nodes.maximum + valid["workload"].spare_pods
+    if pods % size:
+        return [Problem(key, repr(size), f"a divisor of the Job's {pods} pods (nodes and workload.sparePods), such as {nodes.maximum}")]
+    return []
 
 
 def _kubernetes_gang_problems(valid: dict[str, Any]) -> list[Problem]:

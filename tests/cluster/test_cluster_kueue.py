@@ -4,7 +4,8 @@ quota is 3 pods: a world of 2 is admitted whole; a world of 4 is refused by the 
 anything changes, and, with the check only warning, admitted not at all, no pod of it starting,
 the status view giving Kueue's reason; once the quota grows, it is admitted whole. Both as an
 Indexed Job and as a JobSet. With a Topology (`scheduling.topology`): a world placed within one
-rack, and one the rack cannot hold held back in Kueue's words.
+rack, and one the rack cannot hold held back in Kueue's words; a world in slices of one pod within
+a rack admitted, and a slice one host cannot hold held back.
 
 The pods run the pause image in place of the trainer: admission is Kueue's and the scheduler's
 business, and needs no training.
@@ -114,6 +115,21 @@ def held_back(cluster, kind: str) -> dict:
         )  # fmt: skip
     except AssertionError as waited:
         raise AssertionError(f"{waited}; the Workload's status: {(kueue_workload(cluster, kind) or {}).get('status')}") from None
+
+
+def pods_by_domain(assignment: dict) -> dict[str, int]:
+    """Pods per domain of the lowest level, from a Workload's topologyAssignment in Kueue's v1beta2
+    form (slices of domains, each level's values and the pod counts, each given once for all
+    domains or one per domain)."""
+    placed: dict[str, int] = {}
+    for piece in assignment["slices"]:
+        count, lowest, pods_of = piece["domainCount"], piece["valuesPerLevel"][-1], piece["podCounts"]
+        names = [lowest["universal"]] * count if "universal" in lowest else [
+            f"{lowest['individual'].get('prefix', '')}{root}{lowest['individual'].get('suffix', '')}" for root in lowest["individual"]["roots"]]
+        counts = [pods_of["universal"]] * count if "universal" in pods_of else pods_of["individual"]
+        for name, pods_here in zip(names, counts):
+            placed[name] = placed.get(name, 0) + pods_here
+    return placed
 
 
 def suspended(cluster, kind: str) -> bool:
@@ -227,7 +243,7 @@ def topology(controllers_cluster):
     queue = cluster_queue(3)
     queue["spec"]["resourceGroups"][0]["flavors"][0]["name"] = TAS_FLAVOR
     objects = [
-        {"apiVersion": "kueue.x-k8s.io/v1alpha1", "kind": "Topology", "metadata": {"name": TOPOLOGY},
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Topology", "metadata": {"name": TOPOLOGY},
          "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": "kubernetes.io/hostname"}]}},
         {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": TAS_FLAVOR},
          "spec": {"nodeLabels": {BLOCK: NODE_DOMAINS[BLOCK]}, "topologyName": TOPOLOGY}},
@@ -253,7 +269,7 @@ def test_kueue_places_a_world_within_one_domain_of_its_topology_level_or_holds_i
                         120, "Kueue to admit the world within one rack", interval=1)  # fmt: skip
     (assignment,) = workload["status"]["admission"]["podSetAssignments"]
     placed = assignment["topologyAssignment"]
-    assert placed["levels"] == ["kubernetes.io/hostname"] and placed["domains"] == [{"values": [cluster.node_name], "count": 2}], placed
+    assert placed["levels"] == ["kubernetes.io/hostname"] and pods_by_domain(placed) == {cluster.node_name: 2}, placed
     wait_for(lambda: world_running(cluster, 2), 300, "both pods Running", interval=1)
     assert {pod["spec"]["nodeName"] for pod in world_pods(cluster).values()} == {cluster.node_name}
 
@@ -269,3 +285,18 @@ def test_kueue_places_a_world_within_one_domain_of_its_topology_level_or_holds_i
     assert suspended(cluster, contract.INDEXED_JOB) and pods(cluster, NAMESPACE) == {}
     status = status_view(cluster, pause_stack.outputs["statusCommand"])
     assert "allows to fit only 1 out of 2 pod(s)" in status, status
+
+    # Slices: a world of 2 required within one block, in slices of 1 pod each within one rack, is
+    # admitted; in one slice of 2 within one host, whose node cannot hold both, it is held back.
+    sliced = {"level": BLOCK, "slice": {"level": RACK, "size": 1}}
+    pause_stack.up(nodes=2, scheduling__topology=sliced, **queued)
+    workload = wait_for(lambda: (w := kueue_workload(cluster, contract.INDEXED_JOB)) and condition(w, "Admitted").get("status") == "True" and w,
+                        120, "Kueue to admit the world in slices", interval=1)  # fmt: skip
+    (assignment,) = workload["status"]["admission"]["podSetAssignments"]
+    assert pods_by_domain(assignment["topologyAssignment"]) == {cluster.node_name: 2}
+    wait_for(lambda: world_running(cluster, 2), 300, "both pods Running", interval=1)
+    one_host = {"level": BLOCK, "slice": {"level": "kubernetes.io/hostname", "size": 2}}
+    pause_stack.up(nodes=2, scheduling__topology=one_host, **{**queued, "resources__requests__cpu": too_big}, scheduling__fitCheck="warn")
+    held = held_back(cluster, contract.INDEXED_JOB)
+    assert f'topology "{TOPOLOGY}" doesn\'t allow to fit any of 1 slice(s)' in condition(held, "QuotaReserved")["message"], held["status"]
+    assert suspended(cluster, contract.INDEXED_JOB) and pods(cluster, NAMESPACE) == {}

@@ -60,6 +60,20 @@ def test_a_topology_level_is_written_on_the_pod_template_for_kueue_to_place_the_
     harness.validate_manifest(evaluation.workload.manifest)
 
 
+@pytest.mark.parametrize("kind, spares", [(contract.INDEXED_JOB, 0), (contract.JOBSET, 0), (contract.INDEXED_JOB, 2)])
+@pulumi.runtime.test
+def test_slices_of_the_world_are_written_for_kueue_to_place_each_within_a_lower_level(kind, spares):
+    slice_ = {"level": "cloud.example.com/rack", "size": 2}
+    evaluation = evaluate(kind, KUEUE, nodes=8, workload__sparePods=spares,
+                          scheduling__topology={"level": "cloud.example.com/block", "slice": slice_})  # fmt: skip
+    annotations = evaluation.pod_template["metadata"]["annotations"]
+    assert annotations[gang.KUEUE_TOPOLOGY_ANNOTATIONS["required"]] == "cloud.example.com/block"
+    assert annotations[gang.KUEUE_SLICE_LEVEL_ANNOTATION] == "cloud.example.com/rack"
+    assert annotations[gang.KUEUE_SLICE_SIZE_ANNOTATION] == "2"
+    unsliced = evaluate(kind, KUEUE, nodes=8, scheduling__topology={"level": "cloud.example.com/block"}).pod_template["metadata"]["annotations"]
+    assert gang.KUEUE_SLICE_LEVEL_ANNOTATION not in unsliced and gang.KUEUE_SLICE_SIZE_ANNOTATION not in unsliced
+
+
 @pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
 @pulumi.runtime.test
 def test_without_gang_admission_nothing_of_kueue_or_volcano_is_written(kind):

@@ -41,7 +41,7 @@ def _start_controller(cluster: RunningCluster, addon: ControllerAddOn, binary: s
     for directory in addon.fixed_cert_dirs:
         cluster.node.bind_mount(certs, directory)
     # The CRDs are larger than client-side apply's annotation allows: server-side apply.
-    _apply_server_side(cluster, addon.api_objects(install))
+    _apply_server_side(cluster, addon.api_objects(install, (pki / "ca.crt").read_bytes()))
     # A manager started before its CRDs are served waits on its informers until it gives up.
     for crd in addon.crds:
         cluster.daemons.wait(lambda: _crd_established(cluster, crd), deadline, f"CRD {crd} established")
