@@ -13,13 +13,14 @@ while the rest waits for capacity, and two such worlds can hold each other's hal
   the world's whole resources, so that Volcano enqueues it only when its queue can hold it.
 - The **Kubernetes scheduler** (1.36, alpha: the Workload API) binds the pods of a PodGroup with a
   gang policy all at once, or none. The Job controller makes that PodGroup itself (its
-  `WorkloadWithJob` integration) for an Indexed Job whose parallelism equals its completions and
-  is above 1: a Workload and a PodGroup of `minCount` = the world's pods, and each pod's
-  `spec.schedulingGroup` naming it. The stack writes nothing for it: the Job (or a JobSet's Job)
-  is that kind of Job. It does not write a PodGroup of its own: the pinned Kubernetes provider
-  drops a pod template's `schedulingGroup` (it normalizes a Job through the Kubernetes 1.33 types
-  it was built with; seen on the local cluster). So a StatefulSet, an elastic world and spare pods are refused with this scheduler: their Job
-  would be no such Job, or its gang would be every pod up to the maximum.
+  `WorkloadWithJob` integration) for an Indexed Job whose parallelism equals its completions and is
+  above 1: a Workload and a PodGroup of `minCount` = the world's pods, and each pod's
+  `spec.schedulingGroup` naming it. The stack writes nothing for it: the Job (or a JobSet's Job) is
+  that kind of Job. It does not write a PodGroup of its own: the pinned Kubernetes provider drops a
+  pod template's `schedulingGroup` (it normalizes a Job through the Kubernetes 1.33 types it was
+  built with; seen on the local cluster). So a StatefulSet, an elastic world and spare pods are
+  refused with this scheduler: their Job would be no such Job, or its gang would be every pod up to
+  the maximum.
 - An **elastic** world (`nodes: MIN:MAX`) is admitted from its minimum: Volcano's `minMember` is
   MIN, and Kueue may admit an elastic Job partly (its partial admission: as many pods as the
   quota holds, at least MIN, Kueue lowering the Job's parallelism to that). A Job's spare pods

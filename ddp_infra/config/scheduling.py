@@ -98,7 +98,7 @@ class GangConfig(Model):
 
     scheduler: Literal[GANG_SCHEDULERS] = Field(  # type: ignore[valid-type]
         "none",
-        description="none (pods are scheduled one by one), kueue (the workload waits suspended in a Kueue LocalQueue until its whole quota is free, an elastic Job's until its minimum's is; kinds job and jobset), volcano (Volcano's scheduler binds all the pods of a PodGroup of minMember = nodes, an elastic world's minimum, or none) or kubernetes (the Kubernetes scheduler's own gang scheduling, through the Workload API: a PodGroup of minCount = nodes, an elastic world's minimum; Kubernetes 1.36 with the GenericWorkload and GangScheduling feature gates and scheduling.k8s.io/v1alpha2 served).",
+        description="none (pods are scheduled one by one), kueue (the workload waits suspended in a Kueue LocalQueue until its whole quota is free, an elastic Job's until its minimum's is; kinds job and jobset), volcano (Volcano's scheduler binds all the pods of a PodGroup of minMember = nodes, an elastic world's minimum, or none) or kubernetes (the Kubernetes scheduler's own gang scheduling, through the Workload API: the Job controller makes a PodGroup of all the Job's pods; kinds job and jobset, no elastic world, no spare pods; Kubernetes 1.36 with the GenericWorkload, WorkloadWithJob and GangScheduling feature gates and scheduling.k8s.io/v1alpha2 served).",
     )
     queue: Optional[DnsLabel] = Field(
         None, description="kueue: the LocalQueue in the stack's namespace (required); volcano: the Queue (unset: Volcano's default)."

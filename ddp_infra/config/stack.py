@@ -249,7 +249,7 @@ def _topology_slice_problems(valid: dict[str, Any]) -> list[Problem]:
         return [Problem(key, repr(size), f"unset with an elastic world, nodes {nodes} (Kueue admits it partly: its slices would not add up)")]
     pods = nodes.maximum + valid["workload"].spare_pods
     if pods % size:
-        return [Problem(key, repr(size), f"a divisor of the Job's {pods} pods (nodes and workload.sparePods), such as {nodes.maximum}")]
+        return [Problem(key, repr(size), f"a divisor of the Job's {pods} pods (nodes and workload.sparePods), such as 1 or {pods}")]
     return []
 
 

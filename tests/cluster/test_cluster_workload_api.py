@@ -74,12 +74,11 @@ def holder(workload_api_cluster):
 
 @pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
 def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api_cluster, workload_api_pause_stack, holder, kind):
-    pause_stack = workload_api_pause_stack
     cluster = workload_api_cluster
 
     # A world of 2 with room for it: bound whole, its pods in the PodGroup the Job controller made.
     started = time.monotonic()
-    pause_stack.up(nodes=2, workload__kind=kind, **GANG)
+    workload_api_pause_stack.up(nodes=2, workload__kind=kind, **GANG)
     wait_for(lambda: world_running(cluster, 2), 300, "both pods Running", interval=1)
     bound_after = time.monotonic() - started
     group = pod_group(cluster)
@@ -99,14 +98,14 @@ def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api
     room_once_replaced = free_cpu_millis(cluster) + 2 * POD_CPU_MILLIS
     holder(room_once_replaced - (2 * POD_CPU_MILLIS + POD_CPU_MILLIS // 2))
     wait_for(lambda: running(get(cluster, "pod", HOLDER, "default")), 120, "the pod holding the CPU Running")
-    pause_stack.up(nodes=3, workload__kind=kind, **GANG)
+    workload_api_pause_stack.up(nodes=3, workload__kind=kind, **GANG)
     wait_for(lambda: len(world_pods(cluster)) == 3, 120, "the Job's controller to create 3 pods", interval=1)
     why = wait_for(lambda: (c := scheduled_condition(cluster)) and c["status"] == "False" and c, 120,
                    "the scheduler to try the world of 3 and record why it waits", interval=1)  # fmt: skip
     assert why["reason"] == "Unschedulable", why
     time.sleep(10)  # the scheduler has had more tries: still no pod bound
     assert bound(cluster) == [], "no pod of a world the scheduler holds back may reach the node"
-    status = status_view(cluster, pause_stack.outputs["statusCommand"])
+    status = status_view(cluster, workload_api_pause_stack.outputs["statusCommand"])
     name = pod_group(cluster)["metadata"]["name"]
     assert f"waiting: the Kubernetes scheduler holds PodGroup {name} (Unschedulable: " in status, status
     assert "Insufficient cpu" in status, "the pod that does not fit says why"
