@@ -14,6 +14,7 @@ from typing import Any
 
 
 from ddp_infra.claim_changes import ClaimChangeRefused
+from ddp_infra.config.scalars import parse_quantity
 from infra_harness import DELETE, Evaluation, evaluate, stack_config_with, stack_file_config
 from pulumi_project import PulumiProject, Result
 from trainer import contract
@@ -147,6 +148,49 @@ def node_cpu(cluster: LocalCluster) -> str:
     """The CPU the cluster's node can give its pods (its allocatable), as the node reports it."""
     node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
     return node["status"]["allocatable"]["cpu"]
+
+
+# A pod outside any stack that holds CPU from the world's pods: the capacity a journey wants kept.
+PLACEHOLDER = "capacity-placeholder"
+PLACEHOLDER_NAMESPACE = "default"  # it is placed before the stack's namespace exists
+
+
+def free_cpu_millis(cluster: LocalCluster) -> int:
+    """The node's allocatable CPU less what its scheduled, unfinished pods ask for."""
+    node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
+    free = parse_quantity(node["status"]["allocatable"]["cpu"]) * 1000
+    items = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
+    for pod in items:
+        if pod["spec"].get("nodeName") and pod["status"].get("phase") not in ("Succeeded", "Failed"):
+            for container in pod["spec"]["containers"]:
+                free -= parse_quantity(container.get("resources", {}).get("requests", {}).get("cpu", "0")) * 1000
+    return int(free)
+
+
+def place_placeholder(cluster: LocalCluster, cpu_millis: int) -> None:
+    """A pod that does nothing but hold `cpu_millis` of the node's CPU from the world."""
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": PLACEHOLDER, "namespace": PLACEHOLDER_NAMESPACE},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "hold", "image": cluster.images["pause"], "imagePullPolicy": "IfNotPresent", "command": ["python"],
+                "resources": {"requests": {"cpu": f"{cpu_millis}m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+
+
+def remove_placeholder(cluster: LocalCluster) -> None:
+    cluster.kubectl("delete", "pod", PLACEHOLDER, "-n", PLACEHOLDER_NAMESPACE, "--ignore-not-found", "--grace-period=0", "--force")
+
+
+def placeholder_phase(cluster: LocalCluster) -> str | None:
+    return pods(cluster, PLACEHOLDER_NAMESPACE).get(PLACEHOLDER, {}).get("status", {}).get("phase")
 
 
 def pods(cluster: LocalCluster, namespace: str, store: bool = False) -> dict[str, dict[str, Any]]:

@@ -9,21 +9,18 @@ the test wants kept from them.
 
 from __future__ import annotations
 
-import json
 import time
 
 from cluster_testing import (
-    DISRUPTED_RUN, NAMESPACE, all_logs, claim_path, cluster_state, job_condition, newest_checkpoint, pods,
-    jobset_status, terminal_state, wait_for, wait_for_checkpoint_after, world_pods,
+    DISRUPTED_RUN, NAMESPACE, all_logs, claim_path, cluster_state, free_cpu_millis, job_condition, newest_checkpoint, pods,
+    jobset_status, place_placeholder, placeholder_phase, remove_placeholder, terminal_state, wait_for, wait_for_checkpoint_after,
+    world_pods,
 )  # fmt: skip
-from ddp_infra.config.scalars import parse_quantity
 from trainer import contract
 from trainer.sample_record import trained_samples
 from trainer.sampler import EpochSampler
 
 POD_CPU_MILLIS = 500
-PLACEHOLDER = "capacity-placeholder"
-PLACEHOLDER_NAMESPACE = "default"  # it is placed before the stack's namespace exists
 SAMPLES_DIR = "elastic-samples"  # under /out
 EPOCHS = 60  # long enough for three changes of size while it trains
 
@@ -42,44 +39,6 @@ ELASTIC = {
     # each change of size can cost a pod one restart of its workers
     "rendezvous__maxRestarts": "10",
 }  # fmt: skip
-
-
-def free_cpu_millis(cluster) -> int:
-    """The node's allocatable CPU less what its scheduled, unfinished pods ask for."""
-    node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
-    free = parse_quantity(node["status"]["allocatable"]["cpu"]) * 1000
-    items = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
-    for pod in items:
-        if pod["spec"].get("nodeName") and pod["status"].get("phase") not in ("Succeeded", "Failed"):
-            for container in pod["spec"]["containers"]:
-                free -= parse_quantity(container.get("resources", {}).get("requests", {}).get("cpu", "0")) * 1000
-    return int(free)
-
-
-def place_placeholder(cluster, cpu_millis: int) -> None:
-    """A pod that does nothing but hold `cpu_millis` of the node's CPU from the world."""
-    pod = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": PLACEHOLDER, "namespace": PLACEHOLDER_NAMESPACE},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{
-                "name": "hold", "image": cluster.images["pause"], "imagePullPolicy": "IfNotPresent", "command": ["python"],
-                "resources": {"requests": {"cpu": f"{cpu_millis}m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
-                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-            }],
-        },
-    }  # fmt: skip
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
-
-
-def remove_placeholder(cluster) -> None:
-    cluster.kubectl("delete", "pod", PLACEHOLDER, "-n", PLACEHOLDER_NAMESPACE, "--ignore-not-found", "--grace-period=0", "--force")
-
-
-def placeholder_phase(cluster) -> str | None:
-    return pods(cluster, PLACEHOLDER_NAMESPACE).get(PLACEHOLDER, {}).get("status", {}).get("phase")
 
 
 def resized_lines(cluster) -> list[str]:

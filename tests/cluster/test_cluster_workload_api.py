@@ -12,43 +12,19 @@ The pods run the pause image in place of the trainer.
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
-from cluster_testing import (NAMESPACE, get, kill_container, node_cpu, pause_pod_resources, pods, running, status_view,
-                             wait_for, world_pods, world_running)  # fmt: skip
+from cluster_testing import (NAMESPACE, free_cpu_millis, get, kill_container, pause_pod_resources, place_placeholder,
+                             placeholder_phase, pods, remove_placeholder, status_view, wait_for, world_pods, world_running)  # fmt: skip
 from trainer import contract
-from ddp_infra.config import parse_quantity
 
 pytestmark = pytest.mark.timeout(900)
 
 POD_CPU_MILLIS = 400
 GANG = {"scheduling__gang": {"scheduler": "kubernetes"}, **pause_pod_resources(f"{POD_CPU_MILLIS}m")}
-HOLDER = "cpu-holder"
 POD_GROUPS = "podgroups.scheduling.k8s.io"  # not Volcano's podgroups.scheduling.volcano.sh
-
-
-def millis(quantity: str) -> int:
-    return int(parse_quantity(quantity) * 1000)
-
-
-def free_cpu_millis(cluster) -> int:
-    """The node's allocatable CPU less what its pods that have not ended ask for."""
-    asked = sum(millis(container["resources"].get("requests", {}).get("cpu", "0"))
-                for namespace in ("default", NAMESPACE) for pod in pods(cluster, namespace, store=True).values()
-                if pod["status"].get("phase") not in ("Succeeded", "Failed") for container in pod["spec"]["containers"])  # fmt: skip
-    return millis(node_cpu(cluster)) - asked
-
-
-def holder_pod(image: str, cpu_millis: int) -> dict:
-    """A pod outside the world that holds `cpu_millis` of the node's CPU."""
-    return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": HOLDER, "namespace": "default"},
-        "spec": {"containers": [{"name": "pause", "image": image, "imagePullPolicy": "IfNotPresent",
-                                 "resources": {"requests": {"cpu": f"{cpu_millis}m"}, "limits": {"memory": "16Mi"}}}]},
-    }  # fmt: skip
 
 
 def bound(cluster) -> list[str]:
@@ -67,13 +43,13 @@ def scheduled_condition(cluster) -> dict | None:
 
 
 @pytest.fixture
-def holder(workload_api_cluster):
-    yield lambda cpu_millis: workload_api_cluster.kubectl("apply", "-f", "-", input=json.dumps(holder_pod(workload_api_cluster.images["pause"], cpu_millis)))
-    workload_api_cluster.kubectl("delete", "pod", HOLDER, "-n", "default", "--ignore-not-found", "--wait=true", "--timeout=120s")
+def placeholder(workload_api_cluster):
+    yield lambda cpu_millis: place_placeholder(workload_api_cluster, cpu_millis)
+    remove_placeholder(workload_api_cluster)
 
 
 @pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
-def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api_cluster, workload_api_pause_stack, holder, kind):
+def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api_cluster, workload_api_pause_stack, placeholder, kind):
     cluster = workload_api_cluster
 
     # A world of 2 with room for it: bound whole, its pods in the PodGroup the Job controller made.
@@ -96,8 +72,8 @@ def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api
     # Room for 2 of a world of 3 pods: another pod holds the rest of the node's CPU (counted with
     # the world of 2 still running, which the new world replaces).
     room_once_replaced = free_cpu_millis(cluster) + 2 * POD_CPU_MILLIS
-    holder(room_once_replaced - (2 * POD_CPU_MILLIS + POD_CPU_MILLIS // 2))
-    wait_for(lambda: running(get(cluster, "pod", HOLDER, "default")), 120, "the pod holding the CPU Running")
+    placeholder(room_once_replaced - (2 * POD_CPU_MILLIS + POD_CPU_MILLIS // 2))
+    wait_for(lambda: placeholder_phase(cluster) == "Running", 120, "the placeholder holding the CPU Running")
     workload_api_pause_stack.up(nodes=3, workload__kind=kind, **GANG)
     wait_for(lambda: len(world_pods(cluster)) == 3, 120, "the Job's controller to create 3 pods", interval=1)
     why = wait_for(lambda: (c := scheduled_condition(cluster)) and c["status"] == "False" and c, 120,
@@ -112,7 +88,7 @@ def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api
 
     # The CPU is given back: the whole world of 3 is bound.
     started = time.monotonic()
-    cluster.kubectl("delete", "pod", HOLDER, "-n", "default", "--wait=false")
+    remove_placeholder(cluster)
     wait_for(lambda: world_running(cluster, 3), 300, "all 3 pods Running", interval=1)
     assert len(bound(cluster)) == 3
     print(f"\n[figures] Kubernetes gang ({kind}): world of 2 bound and Running {bound_after:.1f} s after up; world of 3 held back "
