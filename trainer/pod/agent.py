@@ -37,12 +37,14 @@ def main(args: Sequence[str]) -> None:
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
+    from trainer.pod.heartbeats import say_when_a_heartbeat_lapses
     from trainer.pod.spares import keep_spares_aside
 
     if held and sys.stdin.readline().strip() != GO:
         return  # the entrypoint ended without its go, and the pod with it
     args = open_rendezvous(args)
     keep_spares_aside()
+    say_when_a_heartbeat_lapses()
     try:
         torchrun(args)
     except SignalException:
@@ -95,7 +97,7 @@ def waited_as_spare_until_closed(args: list[str]) -> bool:
 
 def leave_rendezvous(args: list[str]) -> None:
     """Takes this agent's node out of its rendezvous at once, as its pod stops (SIGTERM). torchrun
-    leaves it there until its heartbeat lapses (3 x keep_alive_interval): until then the next world
+    leaves it there until its heartbeat lapses (keep_alive_max_attempt x keep_alive_interval): until then the next world
     cannot form without it, and no spare can take its place."""
     options = _rendezvous_options(args)
     if options is None:
