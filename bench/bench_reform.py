@@ -8,9 +8,9 @@ the loss, on the log lines as they appear (polled every 50 ms):
   the replacement's torchrun, both ranks in the new process group, the checkpoint loaded, the
   first `[TRAIN]` line of the new world (--log-every 8: up to 8 steps after the resume).
 Side by side, interleaved, for pod 1 lost and for pod 0 lost:
-  torchrun's defaults: a rendezvous heartbeat of 5 s (a lost pod dropped after 15 s), and each
-    worker a new interpreter that imports torch and the trainer (`--start-method=spawn`);
-  the product's heartbeat (RDZV_KEEP_ALIVE_INTERVAL, 1 s), workers still spawned;
+  torchrun's defaults: a rendezvous heartbeat of 5 s, 3 of them missed (a lost pod dropped after
+    15 s), and each worker a new interpreter that imports torch and the trainer (`--start-method=spawn`);
+  the product's heartbeat (RDZV_KEEP_ALIVE_INTERVAL, 1 s, 5 missed), workers still spawned;
   the product: that heartbeat, and workers forked from a server that imported them once
     (trainer/pod/agent.py).
 Usage: .venv/bin/python bench/bench_reform.py [--repeats 2] [--lost 1] [--lost 0]
@@ -36,21 +36,24 @@ from trainer_testing import (  # noqa: E402
 from trainer import contract as c  # noqa: E402
 
 SPAWNED = ["--start-method=spawn"]
-# name: (the rendezvous heartbeat, torchrun options before the training run, the store in a process of its own)
+# name: (the rendezvous heartbeat, heartbeats missed before a pod counts as gone, torchrun options
+# before the training run, the store in a process of its own)
+MISSED = c.KEEP_ALIVE_MAX_ATTEMPTS
 SETUPS = {
-    "torchrun's defaults (heartbeat 5 s, workers spawned)": (5, SPAWNED, False),
-    "heartbeat 1 s, workers spawned": (1, SPAWNED, False),
-    "heartbeat 1 s, workers forked, the store on pod 0": (1, [], False),
-    "the product (heartbeat 1 s, workers forked, the store apart)": (1, [], True),
+    "torchrun's defaults (heartbeat 5 s, 3 missed, workers spawned)": (5, 3, SPAWNED, False),
+    f"heartbeat 1 s, {MISSED} missed, workers spawned": (1, MISSED, SPAWNED, False),
+    f"heartbeat 1 s, {MISSED} missed, workers forked, the store on pod 0": (1, MISSED, [], False),
+    f"the product (heartbeat 1 s, {MISSED} missed, workers forked, the store apart)": (1, MISSED, [], True),
 }
 MARKS = (("torchrun", "[DDP] torchrun"), ("process group", "[DDP] process"), ("resumed", "[CKPT] resumed"), ("[TRAIN]", "[TRAIN]"))
 RESTARTS = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
 
 
 def start(name: str, port: int, out: Path, setup: str, store_port: int | None) -> Proc:
-    keep_alive, options, _ = SETUPS[setup]
+    keep_alive, missed, options, _ = SETUPS[setup]
     store = {} if store_port is None else store_at(store_port)
-    env = clean_env(**pod_env(name, port, **RESTARTS, **{c.RDZV_KEEP_ALIVE_INTERVAL.name: str(keep_alive)}, **store), OUT_DIR=str(out))
+    heartbeat = {c.RDZV_KEEP_ALIVE_INTERVAL.name: str(keep_alive), c.RDZV_KEEP_ALIVE_MAX_ATTEMPTS.name: str(missed)}
+    env = clean_env(**pod_env(name, port, **RESTARTS, **heartbeat, **store), OUT_DIR=str(out))
     return launch(entrypoint_command([*options, *LONG_ARGS]), env, out / f"{name}-{time.monotonic_ns()}.log")
 
 
@@ -64,7 +67,7 @@ def one_loss(lost_index: int, setup: str) -> dict[str, float]:
     """Seconds from the loss to each mark of the re-formed world, read from the new lines of both logs."""
     out = Path(tempfile.mkdtemp(prefix="bench-reform-"))
     port = free_port()
-    store_port = free_port() if SETUPS[setup][2] else None
+    store_port = free_port() if SETUPS[setup][3] else None
     stores = [] if store_port is None else [launch(store_command(str(store_port)), clean_env(), out / "store.log")]
     pods = [start("ddp-0", port, out, setup, store_port), start("ddp-1", port, out, setup, store_port)]
     try:

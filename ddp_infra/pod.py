@@ -114,6 +114,8 @@ def pod_env(world: World) -> list[dict[str, Any]]:
     }
     if world.spare_pods:
         sources[contract.SPARE_PODS.name] = {"value": str(world.spare_pods)}
+    if rdzv.keep_alive_max_attempts != contract.KEEP_ALIVE_MAX_ATTEMPTS:  # unset, the pods of earlier stacks stay as they were
+        sources[contract.RDZV_KEEP_ALIVE_MAX_ATTEMPTS.name] = {"value": str(rdzv.keep_alive_max_attempts)}
     if config.network.infiniband:
         for var, value in ((contract.NCCL_IB_HCA, config.network.ib_hca), (contract.NCCL_IB_GID_INDEX, config.network.ib_gid_index)):
             if value is not None:

@@ -325,3 +325,16 @@ def test_an_optional_variable_shifts_no_other_entry_of_the_env(stack, optional):
     assert len(after) > len(before), f"{optional} adds no env entry"
     moved = [(i, entry["name"], after[i]["name"]) for i, entry in enumerate(before) if after[i] != entry]
     assert not moved, f"{optional} moves these entries (index, was, now): {moved}"
+
+
+@pytest.mark.parametrize("attempts", [None, "5", "9"])
+def test_the_heartbeats_a_pod_may_miss_reach_torchrun_whether_or_not_the_stack_sets_them(attempts):
+    """Left at its default, the stack writes no variable and the trainer's default is the stack's."""
+    settings = {} if attempts is None else {"rendezvous__keepAliveMaxAttempts": attempts}
+    parsed, world = configured("dev", nodes="2", **settings)
+    env = infra_pod.pod_env(world)
+    pod, hostname = pod_of(world, 1)
+    seen = resolve_world(kubelet_env(env, pod, {}), hostname)
+    conf = next(arg for arg in torchrun_argv(seen, list(parsed.run.args)) if arg.startswith("--rdzv-conf="))
+    assert f"keep_alive_max_attempt={attempts or contract.KEEP_ALIVE_MAX_ATTEMPTS}," in conf
+    assert parsed.rendezvous.keep_alive_max_attempts == int(attempts or contract.KEEP_ALIVE_MAX_ATTEMPTS)

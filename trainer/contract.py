@@ -30,6 +30,11 @@ POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 # The container paths of the three volumes.
+# Heartbeats a pod may miss before the rendezvous counts it as gone, when the stack does not say.
+# torchrun's 3 drops live pods: on a busy node a pod's heartbeat was seen 3.3 s old as its workers
+# started, and the world re-formed without it.
+KEEP_ALIVE_MAX_ATTEMPTS = 5
+
 DATA_MOUNT = "/data"
 OUT_MOUNT = "/out"
 MODELS_MOUNT = "/models"
@@ -97,7 +102,14 @@ RDZV_LAST_CALL_TIMEOUT = EnvVar(
 RDZV_CLOSE_TIMEOUT = EnvVar("RDZV_CLOSE_TIMEOUT", "seconds to wait for the rendezvous to close", required=False)
 RDZV_KEEP_ALIVE_INTERVAL = EnvVar(
     "RDZV_KEEP_ALIVE_INTERVAL",
-    "seconds between a pod's rendezvous heartbeats; a pod silent for 3 counts as gone and its replacement is let in",
+    "seconds between a pod's rendezvous heartbeats; a pod that misses RDZV_KEEP_ALIVE_MAX_ATTEMPTS of them counts as "
+    "gone and its replacement is let in",
+    required=False,
+)
+RDZV_KEEP_ALIVE_MAX_ATTEMPTS = EnvVar(
+    "RDZV_KEEP_ALIVE_MAX_ATTEMPTS",
+    f"heartbeats a pod may miss before the rendezvous counts it as gone (torchrun's keep_alive_max_attempt); unset: "
+    f"{KEEP_ALIVE_MAX_ATTEMPTS}",
     required=False,
 )
 MAX_RESTARTS = EnvVar("MAX_RESTARTS", "torchrun --max-restarts: restarts of the whole world before giving up")

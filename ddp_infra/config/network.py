@@ -94,9 +94,15 @@ class RendezvousConfig(Model):
     close_timeout_seconds: int = Field(30, ge=1, le=3600, description="Wait for the rendezvous to close.")
     keep_alive_interval_seconds: int = Field(
         1, ge=1, le=60,
-        description="Seconds between a pod's rendezvous heartbeats (RDZV_KEEP_ALIVE_INTERVAL). A lost pod counts as gone after 3 missed ones, "
-        "and only then is its replacement let into the world (torchrun's default, 5, makes that 15 s). Each heartbeat writes the "
-        "rendezvous state on pod 0's store: raise it for worlds of hundreds of pods.",
+        description="Seconds between a pod's rendezvous heartbeats (RDZV_KEEP_ALIVE_INTERVAL). A lost pod counts as gone after "
+        "keepAliveMaxAttempts missed ones, and only then is its replacement let into the world (torchrun's defaults, 5 s and 3, "
+        "make that 15 s). Each heartbeat writes the rendezvous state on the store: raise it for worlds of hundreds of pods.",
+    )  # fmt: skip
+    keep_alive_max_attempts: int = Field(
+        contract.KEEP_ALIVE_MAX_ATTEMPTS, ge=2, le=100,
+        description="Heartbeats a pod may miss before the rendezvous counts it as gone and the world re-forms without it "
+        "(RDZV_KEEP_ALIVE_MAX_ATTEMPTS, torchrun's keep_alive_max_attempt). torchrun's 3 drops live pods whose heartbeat comes "
+        "late on a busy node; fewer lets a killed pod's spare or replacement in sooner.",
     )  # fmt: skip
     master_wait_timeout_seconds: int = Field(
         600, ge=10, le=86400, description="Seconds the preflight waits for pod 0's DNS name and port."

@@ -80,10 +80,12 @@ def test_a_spare_takes_any_lost_pods_place_within_seconds_and_the_run_ends_as_an
     assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (3, 3)
     figures: dict[str, dict[str, float | None]] = {}
     worlds: set[tuple[datetime, str]] = set()  # the resumes seen so far: one per loss, none without one
+    losses: list[tuple[datetime, str]] = []  # (when, the lost pod's rendezvous address)
 
     def no_world_formed_since(what: str) -> None:
         # A spare, or a replacement that joins as one, leaves the world training: no other world forms.
-        assert [row for row in resumes(cluster) if row not in worlds] == [], f"a world formed again after {what}"
+        formed = [row for row in resumes(cluster) if row not in worlds]
+        assert formed == [], f"a world formed again after {what}: {formed}\n" + lines_between(cluster, max(worlds, default=None), formed[0])
 
     def lose(what: str, rank: int, how) -> None:
         before = wait_for_checkpoint_after(cluster, max([newest_checkpoint(cluster)["step"], CHECKPOINT_EVERY - 1]))
@@ -98,6 +100,7 @@ def test_a_spare_takes_any_lost_pods_place_within_seconds_and_the_run_ends_as_an
         seen = set(resumes(cluster))  # the lost pod's lines go with it: new ones are told by time and text, not by count
         worlds.update(seen)
         lost_at = datetime.now(timezone.utc)
+        losses.append((lost_at, rendezvous_address(cluster, lost)))
         how(lost)
         resumed_at, line = wait_for(lambda: next((row for row in resumes(cluster) if row not in seen), None), 120,
                                     f"the world resumed after {what}")  # fmt: skip
@@ -134,8 +137,24 @@ def test_a_spare_takes_any_lost_pods_place_within_seconds_and_the_run_ends_as_an
 
     assert wait_for(ended_with_both_ranks_done, 900, "the Job to end, both ranks' [DONE] lines read", interval=0.5) == "Complete", done
     no_world_formed_since("the last loss")
+    # Only a lost pod is counted as gone, after its loss: a live pod whose heartbeat came late is not.
+    gone = [(at, name, text) for at, name, text in logged(cluster) if " counted as gone, " in text]
+    assert [row for row in gone if not any(lost_at < row[0] and f": {address} (" in row[2] for lost_at, address in losses)] == [], gone
     # The same final loss and weights as a world that was never disrupted.
     assert [same_result(done[rank]) for rank in ("0", "1")] == [expected.result()] * 2
+
+
+def rendezvous_address(cluster, pod: str) -> str:
+    """The address a pod's torchrun joins the rendezvous with (--local-addr): its index's DNS name,
+    which its replacement shares."""
+    spec = pods(cluster, NAMESPACE)[pod]["spec"]
+    return f"{spec['hostname']}.{spec['subdomain']}"
+
+
+def lines_between(cluster, world: tuple[datetime, str] | None, formed: tuple[datetime, str]) -> str:
+    """Every pod's log lines from the world before to the one that formed: why it formed."""
+    since = world[0] if world else datetime.min.replace(tzinfo=timezone.utc)
+    return "\n".join(f"{at:%H:%M:%S.%f} {name} {text}" for at, name, text in logged(cluster) if since <= at <= formed[0])
 
 
 def _evicted(cluster, pod: str) -> None:

@@ -12,6 +12,7 @@ import infra_harness as harness
 from ddp_infra import config as stack_config
 from ddp_infra import pod
 from ddp_infra.world import World
+from trainer import contract
 
 
 def env_for(**changes) -> dict[str, dict]:
@@ -44,6 +45,14 @@ def test_etcd_endpoint_replaces_pod_zero_as_rendezvous_store():
 def test_the_rendezvous_heartbeat_is_a_second_unless_the_stack_says_otherwise():
     assert env_for()["RDZV_KEEP_ALIVE_INTERVAL"]["value"] == "1"
     assert env_for(rendezvous__keepAliveIntervalSeconds=5)["RDZV_KEEP_ALIVE_INTERVAL"]["value"] == "5"
+
+
+@pulumi.runtime.test
+def test_the_missed_heartbeats_allowed_reach_the_pods_only_when_the_stack_changes_them():
+    """Unset, the trainer's own default holds, and the pods of a stack from before stay as they were."""
+    assert "RDZV_KEEP_ALIVE_MAX_ATTEMPTS" not in env_for()
+    assert "RDZV_KEEP_ALIVE_MAX_ATTEMPTS" not in env_for(rendezvous__keepAliveMaxAttempts=contract.KEEP_ALIVE_MAX_ATTEMPTS)
+    assert env_for(rendezvous__keepAliveMaxAttempts=8)["RDZV_KEEP_ALIVE_MAX_ATTEMPTS"]["value"] == "8"
 
 
 @pulumi.runtime.test

@@ -86,12 +86,12 @@ def test_jobset_pod_0s_name_is_its_jobs_pod_0():
 def test_timeouts_restarts_and_backends_come_from_the_env():
     env = pod_env("w-0", 29500, backend="static", **{
         c.RDZV_JOIN_TIMEOUT.name: "900", c.RDZV_READ_TIMEOUT.name: "300", c.RDZV_LAST_CALL_TIMEOUT.name: "45",
-        c.RDZV_CLOSE_TIMEOUT.name: "50", c.RDZV_KEEP_ALIVE_INTERVAL.name: "3", c.MAX_RESTARTS.name: "7", c.PET_MAX_RESTARTS.name: "7",
+        c.RDZV_CLOSE_TIMEOUT.name: "50", c.RDZV_KEEP_ALIVE_INTERVAL.name: "3", c.RDZV_KEEP_ALIVE_MAX_ATTEMPTS.name: "4", c.MAX_RESTARTS.name: "7", c.PET_MAX_RESTARTS.name: "7",
         c.MASTER_WAIT_TIMEOUT.name: "12.5",
     })  # fmt: skip
     world = resolve_world(env, "w-0")
     t = world.timeouts
-    assert (t.join, t.read, t.last_call, t.close, t.keep_alive) == (900, 300, 45, 50, 3)
+    assert (t.join, t.read, t.last_call, t.close, t.keep_alive, t.keep_alive_max_attempts) == (900, 300, 45, 50, 3, 4)
     assert (world.max_restarts, world.master_wait_timeout, world.rdzv_backend) == (7, 12.5, "static")
 
 
@@ -177,6 +177,7 @@ def test_every_required_variable_is_required(name):
         (c.RDZV_LAST_CALL_TIMEOUT.name, "x", "whole number"),
         (c.RDZV_CLOSE_TIMEOUT.name, "-5", "whole number"),
         (c.RDZV_KEEP_ALIVE_INTERVAL.name, "0", "whole number >= 1"),
+        (c.RDZV_KEEP_ALIVE_MAX_ATTEMPTS.name, "1", "whole number >= 2"),
         (c.MAX_RESTARTS.name, "-1", "whole number >= 0"),
         (c.MASTER_WAIT_TIMEOUT.name, "forever", "positive number of seconds"),
         (c.MASTER_WAIT_TIMEOUT.name, "0", "positive number of seconds"),

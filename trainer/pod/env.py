@@ -23,7 +23,7 @@ DEFAULT_READ_TIMEOUT = 120  # torchrun's own default (60 s) is too short for slo
 DEFAULT_LAST_CALL_TIMEOUT = 30
 DEFAULT_CLOSE_TIMEOUT = 30
 # torchrun's own 5 s (x 3 missed beats) keeps a lost pod in the rendezvous, and its replacement
-# out of the next world, for 15 s.
+# out of the next world, for 15 s; here it is 1 s x contract.KEEP_ALIVE_MAX_ATTEMPTS.
 DEFAULT_KEEP_ALIVE_INTERVAL = 1
 DEFAULT_MAX_RESTARTS = 3
 
@@ -59,6 +59,7 @@ class Timeouts:
     last_call: int
     close: int
     keep_alive: int
+    keep_alive_max_attempts: int
 
 
 @dataclass(frozen=True)
@@ -265,6 +266,8 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
         or DEFAULT_CLOSE_TIMEOUT,
         keep_alive=r.integer(c.RDZV_KEEP_ALIVE_INTERVAL.name, 1, required=False, default=DEFAULT_KEEP_ALIVE_INTERVAL)
         or DEFAULT_KEEP_ALIVE_INTERVAL,
+        keep_alive_max_attempts=r.integer(c.RDZV_KEEP_ALIVE_MAX_ATTEMPTS.name, 2, required=False, default=c.KEEP_ALIVE_MAX_ATTEMPTS)
+        or c.KEEP_ALIVE_MAX_ATTEMPTS,
     )
     max_restarts = r.integer(c.MAX_RESTARTS.name, 0)
     wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, DEFAULT_MASTER_WAIT_TIMEOUT)
@@ -416,7 +419,8 @@ def _resolve_seed000(env: Mapping[str, str], hostname: str) -> PodWorld:
         master_addr=master, master_port=port, rdzv_backend="c10d", rdzv_id=rdzv_id,
         rdzv_endpoint=f"{master}:{port}",
         timeouts=Timeouts(
-            DEFAULT_JOIN_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_CLOSE_TIMEOUT, DEFAULT_KEEP_ALIVE_INTERVAL
+            DEFAULT_JOIN_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_CLOSE_TIMEOUT, DEFAULT_KEEP_ALIVE_INTERVAL,
+            c.KEEP_ALIVE_MAX_ATTEMPTS,
         ),
         max_restarts=DEFAULT_MAX_RESTARTS, master_wait_timeout=wait, shutdown_timeout=shutdown,
         rank_source=source, scheme="seed-000", run_name=env.get(c.RUN_NAME.name),

@@ -131,8 +131,8 @@ def _rdzv_conf(world: PodWorld) -> dict[str, int]:
         return {"timeout": t.join}  # the static backend's only timeout: waiting for all nodes
     conf = {
         "join_timeout": t.join, "last_call_timeout": t.last_call, "close_timeout": t.close,
-        # a pod that missed 3 heartbeats is dropped from the rendezvous, so its replacement can join
-        "keep_alive_interval": t.keep_alive,
+        # a pod that missed this many heartbeats is dropped from the rendezvous, so its replacement can join
+        "keep_alive_interval": t.keep_alive, "keep_alive_max_attempt": t.keep_alive_max_attempts,
     }  # fmt: skip
     if world.rdzv_backend == "c10d":
         conf["read_timeout"] = t.read
