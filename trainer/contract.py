@@ -29,12 +29,12 @@ from dataclasses import dataclass
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
-# The container paths of the three volumes.
 # Heartbeats a pod may miss before the rendezvous counts it as gone, when the stack does not say.
 # torchrun's 3 drops live pods: on a busy node a pod's heartbeat was seen 3.3 s old as its workers
 # started, and the world re-formed without it.
 KEEP_ALIVE_MAX_ATTEMPTS = 5
 
+# The container paths of the three volumes.
 DATA_MOUNT = "/data"
 OUT_MOUNT = "/out"
 MODELS_MOUNT = "/models"

@@ -97,8 +97,8 @@ def waited_as_spare_until_closed(args: list[str]) -> bool:
 
 def leave_rendezvous(args: list[str]) -> None:
     """Takes this agent's node out of its rendezvous at once, as its pod stops (SIGTERM). torchrun
-    leaves it there until its heartbeat lapses (keep_alive_max_attempt x keep_alive_interval): until then the next world
-    cannot form without it, and no spare can take its place."""
+    leaves it there until its heartbeat lapses (keep_alive_max_attempt x keep_alive_interval):
+    until then the next world cannot form without it, and no spare can take its place."""
     options = _rendezvous_options(args)
     if options is None:
         return
