@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "trainer")]
@@ -36,25 +37,32 @@ from trainer_testing import (  # noqa: E402
 from trainer import contract as c  # noqa: E402
 
 SPAWNED = ["--start-method=spawn"]
-# name: (the rendezvous heartbeat, heartbeats missed before a pod counts as gone, torchrun options
-# before the training run, the store in a process of its own)
+
+
+class Setup(NamedTuple):
+    keep_alive: int  # seconds between rendezvous heartbeats
+    missed: int  # heartbeats missed before a pod counts as gone
+    options: list[str]  # torchrun options before the training run
+    store_apart: bool  # the store in a process of its own
+
+
 MISSED = c.KEEP_ALIVE_MAX_ATTEMPTS
 SETUPS = {
-    "torchrun's defaults (heartbeat 5 s, 3 missed, workers spawned)": (5, 3, SPAWNED, False),
-    f"heartbeat 1 s, {MISSED} missed, workers spawned": (1, MISSED, SPAWNED, False),
-    f"heartbeat 1 s, {MISSED} missed, workers forked, the store on pod 0": (1, MISSED, [], False),
-    f"the product (heartbeat 1 s, {MISSED} missed, workers forked, the store apart)": (1, MISSED, [], True),
+    "torchrun's defaults (heartbeat 5 s, 3 missed, workers spawned)": Setup(5, 3, SPAWNED, False),
+    f"heartbeat 1 s, {MISSED} missed, workers spawned": Setup(1, MISSED, SPAWNED, False),
+    f"heartbeat 1 s, {MISSED} missed, workers forked, the store on pod 0": Setup(1, MISSED, [], False),
+    f"the product (heartbeat 1 s, {MISSED} missed, workers forked, the store apart)": Setup(1, MISSED, [], True),
 }
 MARKS = (("torchrun", "[DDP] torchrun"), ("process group", "[DDP] process"), ("resumed", "[CKPT] resumed"), ("[TRAIN]", "[TRAIN]"))
 RESTARTS = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
 
 
 def start(name: str, port: int, out: Path, setup: str, store_port: int | None) -> Proc:
-    keep_alive, missed, options, _ = SETUPS[setup]
+    chosen = SETUPS[setup]
     store = {} if store_port is None else store_at(store_port)
-    heartbeat = {c.RDZV_KEEP_ALIVE_INTERVAL.name: str(keep_alive), c.RDZV_KEEP_ALIVE_MAX_ATTEMPTS.name: str(missed)}
+    heartbeat = {c.RDZV_KEEP_ALIVE_INTERVAL.name: str(chosen.keep_alive), c.RDZV_KEEP_ALIVE_MAX_ATTEMPTS.name: str(chosen.missed)}
     env = clean_env(**pod_env(name, port, **RESTARTS, **heartbeat, **store), OUT_DIR=str(out))
-    return launch(entrypoint_command([*options, *LONG_ARGS]), env, out / f"{name}-{time.monotonic_ns()}.log")
+    return launch(entrypoint_command([*chosen.options, *LONG_ARGS]), env, out / f"{name}-{time.monotonic_ns()}.log")
 
 
 def launch(command: list[str], env: dict[str, str], log: Path) -> Proc:
@@ -67,7 +75,7 @@ def one_loss(lost_index: int, setup: str) -> dict[str, float]:
     """Seconds from the loss to each mark of the re-formed world, read from the new lines of both logs."""
     out = Path(tempfile.mkdtemp(prefix="bench-reform-"))
     port = free_port()
-    store_port = free_port() if SETUPS[setup][3] else None
+    store_port = free_port() if SETUPS[setup].store_apart else None
     stores = [] if store_port is None else [launch(store_command(str(store_port)), clean_env(), out / "store.log")]
     pods = [start("ddp-0", port, out, setup, store_port), start("ddp-1", port, out, setup, store_port)]
     try:
