@@ -28,24 +28,23 @@ bench:
 preview-diff:
 	@PATH="$(TOOLCHAIN_PATH)" $(PY) scripts/preview_diff.py --stack $(STACK)
 
-# A local single-node Kubernetes cluster (toolchain/cluster/) for kubectl and `pulumi up`;
-# CLUSTER names it (default dev). cluster-up prints the KUBECONFIG to export.
+# A local Kubernetes cluster (toolchain/cluster/) for kubectl and `pulumi up`; CLUSTER names it
+# (default dev), NODES gives it that many nodes (default 1). cluster-up prints the KUBECONFIG to export.
 CLUSTER ?= dev
 cluster-up:
-	@$(PY) -m toolchain.cluster up --name $(CLUSTER)
+	@$(PY) -m toolchain.cluster up --name $(CLUSTER) --nodes $(or $(NODES),1)
 
 cluster-down:
 	@$(PY) -m toolchain.cluster down --name $(CLUSTER)
 
 # The demo (demo/): the dev stack trained on the local cluster CLUSTER by the real `pulumi up`,
-# followed to its result. demo-resize changes its size while it trains (NODES=3); demo-down removes
-# the stack, its state, and the cluster if the demo started it.
-NODES ?= 3
+# followed to its result. demo-resize changes its size while it trains (NODES, default 3); demo-down
+# removes the stack, its state, and the cluster if the demo started it.
 demo:
 	@PATH="$(TOOLCHAIN_PATH)" $(PY) -m demo --cluster $(CLUSTER) up
 
 demo-resize:
-	@PATH="$(TOOLCHAIN_PATH)" $(PY) -m demo --cluster $(CLUSTER) resize $(NODES)
+	@PATH="$(TOOLCHAIN_PATH)" $(PY) -m demo --cluster $(CLUSTER) resize $(or $(NODES),3)
 
 demo-status:
 	@PATH="$(TOOLCHAIN_PATH)" $(PY) -m demo --cluster $(CLUSTER) status

@@ -24,7 +24,7 @@ def _made_marker(cluster_name: str) -> Path:
 def ensure_cluster(name: str, dev_image: str, say: Callable[[str], None]) -> LocalCluster:
     """The running cluster `name`, started if it is not, its images imported and the trainer image
     tagged `dev_image`."""
-    cluster = LocalCluster(name)
+    cluster = LocalCluster.existing(name)
     images = image_archives()
     trainer_ref, trainer_tar = images["trainer"]
     if not trainer_tar.is_file():
@@ -33,7 +33,8 @@ def ensure_cluster(name: str, dev_image: str, say: Callable[[str], None]) -> Loc
         say(f"cluster {name}: running already, reused (KUBECONFIG={cluster.kubeconfig})")
         if trainer_ref not in cluster.containerd.digests():
             say(f"cluster {name}: importing the trainer image {trainer_ref} ({_gib(trainer_tar)}), a minute or more")
-        cluster.containerd.import_images(images)  # a no-op when they are there
+        for node in cluster.nodes:
+            node.containerd.import_images(images)  # a no-op when they are there
     else:
         say(f"cluster {name}: starting it, with the trainer image ({_gib(trainer_tar)}); "
             f"the first import into a new cluster takes minutes")  # fmt: skip

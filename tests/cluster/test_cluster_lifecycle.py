@@ -15,7 +15,7 @@ import pytest
 
 from cluster_testing import host_state
 
-from toolchain.cluster import CACHE, LocalCluster
+from toolchain.cluster import CACHE, ClusterError, LocalCluster
 from toolchain.cluster.processes import alive
 
 pytestmark = pytest.mark.timeout(600)
@@ -30,28 +30,34 @@ def test_the_test_cluster_runs_one_kubernetes_version(cluster):
     assert info["kubeProxyVersion"] in (version, "")  # 1.33 stopped filling this field in
     assert info["containerRuntimeVersion"].startswith("containerd://")
     # Routing inside the cluster's namespace: the node's own links only, everything else goes to
-    # the veth peer in the same namespace, so no packet can leave for another address.
+    # the veth whose peer is a port of the switch's bridge (in a namespace of its own), so no
+    # packet can leave for another address.
     links = cluster.in_namespace("ip", "-o", "link").stdout
     names = {line.split(":")[1].strip().split("@")[0] for line in links.splitlines()}
-    assert {"lo", "veth-node", "veth-gw"} <= names
+    assert {"lo", "veth-node"} <= names
     # besides them only the pod bridge (made with the first pod) and the pods' veths
     assert all(name in ("lo", "cni0") or name.startswith("veth") for name in names), names
     route = cluster.in_namespace("ip", "route", "get", "192.0.2.1").stdout
     assert "dev veth-node" in route
+    switch = subprocess.run(["nsenter", "-t", str(cluster.switch.holder), "-n", "--", "ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert "port-0@" in switch and " master nodes " in switch, switch
 
 
 def test_a_crashed_run_is_cleaned_up_and_stop_leaves_nothing():
+    """A run of two nodes (two nodes' namespaces, kubelets and runtimes, and the switch) left running
+    by a crash: the next start ends every process of it, and stop leaves nothing on the machine."""
     name = "lifecycle"
     before = host_state(name)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cluster = LocalCluster(name, with_images=False)
     try:  # stop() ends the crashed run's daemons too, whatever fails on the way
         # `up` returns and leaves its daemons running, as a test run killed mid-way would.
-        subprocess.run([sys.executable, "-m", "toolchain.cluster", "up", "--name", name, "--without-images"],
+        subprocess.run([sys.executable, "-m", "toolchain.cluster", "up", "--name", name, "--without-images", "--nodes", "2"],
                        cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
         pids_file = CACHE / "cluster" / name / "run" / "pids.json"
         crashed = {key: tuple(value) for key, value in json.loads(pids_file.read_text()).items()}
         assert all(alive(*p) for p in crashed.values())
+        assert {"switch", f"kubelet-{name}-node-1", f"containerd-{name}-node-1", f"holder-{name}-node-1"} <= crashed.keys(), crashed
 
         cluster.start()
         assert not any(alive(*p) for p in crashed.values()), "a process of the crashed run survived the new start"
@@ -106,3 +112,14 @@ def test_a_cluster_that_stops_leaves_the_mounts_of_another_that_runs():
         second.stop()
         shutil.rmtree(second.home, ignore_errors=True)  # its store: a name no other test uses
     assert not [path for path in made if Path(path).exists()], "the last cluster to stop left the mount points it made"
+
+
+def test_a_cluster_shape_that_cannot_be_is_refused_before_anything_starts():
+    with pytest.raises(ClusterError, match=r"nodes: got 0; allowed: 1 to 8"):
+        LocalCluster("lifecycle", nodes=0)
+    with pytest.raises(ClusterError, match=r"node_labels: no node 3 in a cluster of 3 \(indexes 0 to 2\)"):
+        LocalCluster("lifecycle", nodes=3, node_labels={3: {"rack": "a"}})
+    refused = subprocess.run([sys.executable, "-m", "toolchain.cluster", "up", "--name", "lifecycle", "--label", "rack=a"],
+                             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 2 and "INDEX:KEY=VALUE" in refused.stderr, refused.stderr
+    assert not (CACHE / "cluster" / "lifecycle" / "run").exists()

@@ -11,11 +11,12 @@ import sys
 from .addons import ADDONS
 from .local_cluster import LocalCluster
 from .namespaces import relay
+from .network import MAX_NODES
 from .processes import ClusterError
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="A local single-node Kubernetes cluster (see docs/local-cluster.md).")
+    parser = argparse.ArgumentParser(description="A local Kubernetes cluster of one or more nodes (see docs/local-cluster.md).")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in ("up", "down", "status"):
         p = sub.add_parser(command)
@@ -25,6 +26,9 @@ def main() -> int:
             p.add_argument("--domain", default="cluster.local", help="the cluster domain (default cluster.local)")
             p.add_argument("--addon", action="append", default=[], choices=sorted(ADDONS), help="start an add-on with the cluster (repeatable)")
             p.add_argument("--workload-api", action="store_true", help="the alpha Workload API and gang scheduling on (Kubernetes 1.36)")
+            p.add_argument("--nodes", type=int, default=1, help=f"how many nodes (default 1, at most {MAX_NODES}); each advertises its share of the machine")
+            p.add_argument("--label", action="append", default=[], type=node_label, metavar="INDEX:KEY=VALUE",
+                           help="a label of node INDEX (0 is the first), e.g. 1:topology.kubernetes.io/zone=b (repeatable)")
     relay_parser = sub.add_parser("relay", help=argparse.SUPPRESS)
     relay_parser.add_argument("listen_port", type=int)
     relay_parser.add_argument("netns_pid", type=int)
@@ -33,16 +37,23 @@ def main() -> int:
     if args.command == "relay":
         relay(args.listen_port, args.netns_pid, args.target_port)
         return 0
-    cluster = LocalCluster(args.name, with_images=not getattr(args, "without_images", False),
-                           domain=getattr(args, "domain", "cluster.local"), addons=getattr(args, "addon", ()),
-                           workload_api=getattr(args, "workload_api", False))  # fmt: skip
+    labels: dict[int, dict[str, str]] = {}
+    for index, key, value in getattr(args, "label", ()):
+        labels.setdefault(index, {})[key] = value
+    try:
+        cluster = LocalCluster(args.name, with_images=not getattr(args, "without_images", False),
+                               domain=getattr(args, "domain", "cluster.local"), addons=getattr(args, "addon", ()),
+                               workload_api=getattr(args, "workload_api", False), nodes=getattr(args, "nodes", 1),
+                               node_labels=labels)  # fmt: skip
+    except ClusterError as error:
+        parser.error(str(error))
     if args.command == "up":
         try:
             cluster.start()
         except (ClusterError, FileNotFoundError) as error:
             print(f"[cluster] {args.name} did not start: {error}", file=sys.stderr)
             return 1
-        print(f"[cluster] {args.name} ready in {cluster.startup_seconds:.1f} s")
+        print(f"[cluster] {args.name} ready in {cluster.startup_seconds:.1f} s: node(s) {', '.join(n.name for n in cluster.nodes)}")
         for name, ref in cluster.images.items():
             print(f"[cluster] image {name}: {ref}")
         print(f"export KUBECONFIG={cluster.kubeconfig}   # context {cluster.context}")
@@ -52,6 +63,14 @@ def main() -> int:
     else:
         print(json.dumps(cluster.status(), indent=2))
     return 0
+
+
+def node_label(text: str) -> tuple[int, str, str]:
+    index, _, label = text.partition(":")
+    key, equals, value = label.partition("=")
+    if not (index.isdigit() and key and equals):
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: INDEX:KEY=VALUE, e.g. 1:topology.kubernetes.io/zone=b")
+    return int(index), key, value
 
 
 sys.exit(main())

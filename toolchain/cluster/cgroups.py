@@ -1,6 +1,7 @@
 """The cluster's cgroups: one root per cluster in every cgroup v1 hierarchy (this machine runs
-cgroup v1, no systemd), under which the kubelet puts every pod; stop finds the pods' processes
-there and removes the whole tree."""
+cgroup v1, no systemd), and under it one per node, each node's kubelet's cgroup root, under which
+it puts its pods; stop finds the pods' processes there and removes the whole tree, and a node's
+crash ends the processes of its own subtree."""
 
 from __future__ import annotations
 
@@ -25,27 +26,35 @@ class ClusterCgroups:
     def __init__(self, root: str):
         self.root = root  # e.g. /ddp-infra-<name>, the kubelet's cgroupRoot
 
-    def make(self) -> None:
-        for mount in cgroup_mounts():
-            path = mount / self.root.lstrip("/")
-            path.mkdir(exist_ok=True)
-            if (mount / "cpuset.cpus").exists():
-                for key in ("cpuset.cpus", "cpuset.mems"):
-                    (path / key).write_text((mount / key).read_text())
+    def node_root(self, node: str) -> str:
+        """The cgroup root of a node's kubelet."""
+        return f"{self.root}/{node}"
 
-    def _dirs(self) -> list[Path]:
-        """Every cgroup of the cluster, deepest first."""
+    def make(self, nodes: list[str]) -> None:
+        """The cluster's root and each node's under it (cpuset's own values set at each level, as
+        cgroup v1 wants before a process joins)."""
+        for mount in cgroup_mounts():
+            for relative in (self.root, *map(self.node_root, nodes)):
+                path = mount / relative.lstrip("/")
+                path.mkdir(exist_ok=True)
+                if (mount / "cpuset.cpus").exists():
+                    for key in ("cpuset.cpus", "cpuset.mems"):
+                        (path / key).write_text((mount / key).read_text())
+
+    def _dirs(self, node: str | None = None) -> list[Path]:
+        """Every cgroup of the cluster (or of one node), deepest first."""
         dirs = []
         for mount in cgroup_mounts():
-            root = mount / self.root.lstrip("/")
+            root = mount / (self.node_root(node) if node else self.root).lstrip("/")
             if root.is_dir():
                 dirs.extend(sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True))
                 dirs.append(root)
         return dirs
 
-    def processes(self) -> list[tuple[int, str]]:
+    def processes(self, node: str | None = None) -> list[tuple[int, str]]:
+        """Every process in the cluster's cgroups (or in one node's)."""
         found = set()
-        for directory in self._dirs():
+        for directory in self._dirs(node):
             try:
                 pids = (directory / "cgroup.procs").read_text().split()
             except OSError:

@@ -1,10 +1,13 @@
-"""The node's container runtime: containerd inside the node's namespaces with the CNI bridge, and
-the images imported into its store (there is no registry to pull from). The store,
-`<cache>/cluster/<name>/containerd`, outlives the run, so an image is imported once."""
+"""A node's container runtime: containerd inside the node's namespaces with the CNI bridge on the
+node's own pod subnet, and the images imported into its store (there is no registry to pull
+from). Node 0's store, `<cache>/cluster/<name>/containerd`, outlives the run, so an image is
+imported once; each other node's store is a copy of it made of hard links (clone_store), so the
+nodes share the images' files on disk."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -12,7 +15,6 @@ import time
 from pathlib import Path
 
 from .namespaces import NodeNamespace
-from .network import POD_CIDR
 from .processes import ClusterError, Daemons
 
 
@@ -25,23 +27,23 @@ HEADROOM = 4 * 2**30
 
 
 class Containerd:
-    def __init__(self, run_dir: Path, root: Path):
-        self.run_dir, self.root = run_dir, root
+    def __init__(self, run_dir: Path, root: Path, key: str = "containerd"):
+        self.run_dir, self.root, self.key = run_dir, root, key
 
     @property
     def socket(self) -> str:
         return str(self.run_dir / "containerd.sock")
 
-    def start(self, daemons: Daemons, node: NodeNamespace, pause_ref: str, deadline: float) -> None:
+    def start(self, daemons: Daemons, node: NodeNamespace, pod_cidr: str, pause_ref: str, deadline: float) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         cni_conf = self.run_dir / "cni" / "net.d"
-        cni_conf.mkdir(parents=True)
+        cni_conf.mkdir(parents=True, exist_ok=True)
         (cni_conf / "10-ddp-infra.conflist").write_text(json.dumps({
             "cniVersion": "1.0.0",
             "name": "ddp-infra",
             "plugins": [
                 {"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": pod_cidr}]], "routes": [{"dst": "0.0.0.0/0"}]}},
                 {"type": "portmap", "capabilities": {"portMappings": True}},
             ],
         }, indent=2))  # fmt: skip
@@ -69,7 +71,7 @@ state = "/run/containerd"
     conf_dir = "{cni_conf}"
 """
         (self.run_dir / "containerd.toml").write_text(config)
-        daemons.popen("containerd", node.entered("containerd", "--config", str(self.run_dir / "containerd.toml")))
+        daemons.popen(self.key, node.entered("containerd", "--config", str(self.run_dir / "containerd.toml")))
         daemons.wait(lambda: self.ctr("version").returncode == 0, deadline, "containerd")
         # Containers of a crashed earlier run: their tasks died with their shims.
         for container in self.ctr("containers", "ls", "-q").stdout.split():
@@ -121,6 +123,21 @@ state = "/run/containerd"
         stale = [ref for ref, digest in digests.items() if digest not in keep]
         if stale:
             self.ctr("images", "rm", "--sync", *stale, timeout=600)
+
+    def clone_store(self, source: Path) -> None:
+        """This store made a copy of `source` (a store no containerd runs on) out of hard links:
+        the images' blobs and unpacked layers are never written again, so both stores share them
+        on disk; the databases, which containerd writes in place, are copied."""
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(["cp", "-a", "--link", str(source), str(self.root)], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ClusterError(f"copying the image store {source} failed:\n{result.stderr}")
+        # root/io.containerd.metadata.v1.bolt/meta.db, root/io.containerd.snapshotter.v1.overlayfs/metadata.db
+        for database in self.root.glob("root/*/*.db"):
+            copied = database.with_suffix(".db.copy")
+            shutil.copy2(database, copied)
+            os.replace(copied, database)
 
     def tag(self, source: str, target: str) -> None:
         result = self.ctr("images", "tag", "--force", source, target)

@@ -76,8 +76,11 @@ def bootstrap_objects(cluster: RunningCluster) -> None:
                 "capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany"],
                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": LOCAL_STORAGE_CLASS,
                 "local": {"path": str(path)},
+                # Every node sees the machine's directories: a volume reachable from each node
+                # stands in for a shared filesystem (NFS, a cloud file store), where every pod of
+                # the world mounts the same claim.
                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [cluster.node_name]}]}]}},
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node.name for node in cluster.nodes]}]}]}},
             },
         })  # fmt: skip
     cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))

@@ -15,9 +15,12 @@ COREDNS_USER = "ddp-infra:coredns"
 KUBE_ROUTER_USER = "ddp-infra:kube-router"
 
 
-def write_credentials(pki: Path, *, name: str, node_name: str, domain: str, context: str,
+def write_credentials(pki: Path, *, name: str, nodes: dict[str, str], domain: str, context: str,
                       addon_users: dict[str, str]) -> dict[str, str]:
-    """Everything under `pki`; returns each identity's token (admin, kubelet, each add-on, ...)."""
+    """Everything under `pki`; returns each identity's token (admin, each kubelet, each add-on, ...).
+    `nodes`: {kubelet's key: node name}, a kubelet each, which the Node authorizer holds to its own
+    node. The daemons of the nodes reach the API server on the control plane's address; those of
+    the control plane on 127.0.0.1."""
     pki.mkdir()
     certificates.make_ca(pki, f"ddp-infra-{name}-ca", days=30)
     sans = [
@@ -30,7 +33,7 @@ def write_credentials(pki: Path, *, name: str, node_name: str, domain: str, cont
         "admin": ("ddp-infra:admin", "system:masters"),
         "kube-controller-manager": ("system:kube-controller-manager", ""),
         "kube-scheduler": ("system:kube-scheduler", ""),
-        "kubelet": (f"system:node:{node_name}", "system:nodes"),
+        **{key: (f"system:node:{node}", "system:nodes") for key, node in nodes.items()},
         "kube-proxy": ("system:kube-proxy", ""),
         "coredns": (COREDNS_USER, ""),
         "kube-router": (KUBE_ROUTER_USER, ""),
@@ -38,6 +41,8 @@ def write_credentials(pki: Path, *, name: str, node_name: str, domain: str, cont
     }
     tokens = {key: secrets.token_hex(16) for key in identities}
     certificates.token_file(pki / "tokens.csv", {tokens[key]: identity for key, identity in identities.items()})
+    on_nodes = {*nodes, "kube-proxy", "kube-router"}
     for key in identities:
-        certificates.write_kubeconfig(pki / f"{key}.kubeconfig", context, f"https://127.0.0.1:{API_PORT}", pki / "ca.crt", tokens[key])
+        server = NODE_IP if key in on_nodes else "127.0.0.1"
+        certificates.write_kubeconfig(pki / f"{key}.kubeconfig", context, f"https://{server}:{API_PORT}", pki / "ca.crt", tokens[key])
     return tokens

@@ -1,8 +1,10 @@
 """LocalCluster: one cluster's start, stop and status, and the helpers tests use on it. What each
-part is and does lives in the module named for it (see the package's docstring)."""
+part is and does lives in the module named for it (see the package's docstring); what happens to
+a node that fails, in faults.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,16 +18,18 @@ from toolchain import certificates
 from toolchain import control_plane as api
 from toolchain.apiserver import find_tool, free_port, tool_dir
 
-from . import control_plane, credentials, node
+from . import control_plane, credentials, faults, node
 from .addons import ADDONS, start_addon
 from .cgroups import ClusterCgroups
 from .containerd import Containerd
-from .namespaces import MountPoints, NodeNamespace, processes_in
-from .network import API_PORT
+from .namespaces import MountPoints, NodeNamespace, Switch, processes_in
+from .network import API_PORT, MAX_NODES
+from .node import ClusterNode
 from .processes import ClusterError, Daemons, alive, send, wait_gone
 
 HERE = Path(__file__).resolve().parent.parent  # toolchain/
 CACHE = Path(os.environ.get("DDP_INFRA_CACHE", Path.home() / ".cache" / "ddp-infra"))
+SHAPE = "shape.json"  # in the run: how many nodes it has, for a later process that reopens it
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns", "kube-router")
 
 
@@ -40,15 +44,22 @@ def image_archives() -> dict[str, tuple[str, Path]]:
 
 
 class LocalCluster:
-    """A single-node cluster; a context manager. See the package's docstring.
+    """A cluster of one control plane and `nodes` nodes; a context manager. See the package's docstring.
 
     Attributes once started: kubeconfig (for kubectl and Pulumi on this machine, context
-    `ddp-infra-<name>`), node_name, images ({name: ref}), startup_seconds, run_dir.
+    `ddp-infra-<name>`), node_name (node 0's), nodes, images ({name: ref}), startup_seconds, run_dir.
+    `node_labels`: {node index: {label: value}}, set on the nodes once they are registered (a
+    topology's zone, block, rack).
     """
 
     def __init__(self, name: str = "ddp-infra", *, bin_dir: Path | None = None, startup_timeout: float = 240.0,
                  with_images: bool | Iterable[str] = True, domain: str = "cluster.local", addons: Iterable[str] = (),
-                 workload_api: bool = False):
+                 workload_api: bool = False, nodes: int = 1, node_labels: dict[int, dict[str, str]] | None = None):
+        if not 1 <= nodes <= MAX_NODES:
+            raise ClusterError(f"nodes: got {nodes}; allowed: 1 to {MAX_NODES}")
+        unlabelled = sorted(set(node_labels or {}) - set(range(nodes)))
+        if unlabelled:
+            raise ClusterError(f"node_labels: no node {unlabelled[0]} in a cluster of {nodes} (indexes 0 to {nodes - 1})")
         self.name = name
         self.addons = tuple(addons)
         # The alpha Workload API and its gang scheduling (control_plane.WORKLOAD_API_FLAGS): with
@@ -72,11 +83,36 @@ class LocalCluster:
         self.server: str | None = None  # the API server's URL on this machine (the relay)
         self.startup_seconds: float | None = None
         self.daemons = Daemons(self.run_dir)
-        self.containerd = Containerd(self.run_dir, self.home / "containerd")
         self.cgroups = ClusterCgroups(self.cgroup_root)
-        self.node: NodeNamespace | None = None
+        self.nodes = [self._node(index, nodes, (node_labels or {}).get(index, {})) for index in range(nodes)]
+        self.containerd = self.nodes[0].containerd  # node 0's: where images are imported
+        self.node: NodeNamespace | None = None  # node 0's namespaces, the control plane's too
+        self.switch: Switch | None = None
         self._mount_points = MountPoints(CACHE / "cluster" / "made-dirs.json")  # shared by every cluster
         self._tokens: dict[str, str] = {}
+        self._binaries: dict[str, str] = {}
+
+    @classmethod
+    def existing(cls, name: str) -> "LocalCluster":
+        """The cluster `name` with the nodes it was started with (one if it never was)."""
+        shape = CACHE / "cluster" / name / "run" / SHAPE
+        return cls(name, nodes=json.loads(shape.read_text())["nodes"] if shape.exists() else 1)
+
+    def _node(self, index: int, count: int, labels: dict[str, str]) -> ClusterNode:
+        if index == 0:
+            name, run_dir, store = self.node_name, self.run_dir, self.home / "containerd"
+        else:
+            name = f"{self.node_name}-{index}"
+            run_dir, store = self.run_dir / "nodes" / name, self.home / "nodes" / name / "containerd"
+        found = ClusterNode(index, name, run_dir, store, self.cgroups.node_root(name), share=count, labels=dict(labels))
+        found.containerd = Containerd(run_dir, store, key=found.key("containerd"))
+        return found
+
+    def node_named(self, name: str) -> ClusterNode:
+        found = next((node for node in self.nodes if node.name == name), None)
+        if found is None:
+            raise ClusterError(f"no node {name} in cluster {self.name} (nodes: {', '.join(n.name for n in self.nodes)})")
+        return found
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -91,22 +127,23 @@ class LocalCluster:
         began = time.monotonic()
         self.stop()  # whatever a crashed earlier run left
         binaries = {c: find_tool(c, self.bin_dir) for c in (*COMPONENTS, *(ADDONS[a].manager for a in self.addons))}
+        self._binaries = binaries
         images = self._wanted_images()
         for ref, tar in images.values():
             if not tar.is_file():
                 raise ClusterError(f"image {ref} is not built ({tar} missing): run `make setup` (toolchain/images.sh)")
         self.run_dir.mkdir(parents=True)
+        (self.run_dir / SHAPE).write_text(json.dumps({"nodes": len(self.nodes)}))
         self.daemons = Daemons(self.run_dir)
         self.daemons.logs.mkdir()
         try:
-            self.node = NodeNamespace.start(self.daemons, self.run_dir, self._mount_points)
+            self._start_nodes_namespaces()
             self._tokens = credentials.write_credentials(
-                self.run_dir / "pki", name=self.name, node_name=self.node_name, domain=self.domain, context=self.context,
-                addon_users={name: ADDONS[name].user for name in self.addons},
+                self.run_dir / "pki", name=self.name, nodes={node.key("kubelet"): node.name for node in self.nodes},
+                domain=self.domain, context=self.context, addon_users={name: ADDONS[name].user for name in self.addons},
             )  # fmt: skip
-            self.cgroups.make()
-            self.containerd.start(self.daemons, self.node, images.get("pause", ("", None))[0], time.monotonic() + 60)
-            self.containerd.import_images(images)
+            self.cgroups.make([node.name for node in self.nodes])
+            self._start_runtimes(images)
             # A first import takes minutes on a busy machine and is bounded on its own: the
             # cluster's startup time counts from here.
             deadline = time.monotonic() + self.startup_timeout
@@ -116,11 +153,17 @@ class LocalCluster:
                               deadline, "kube-apiserver /readyz")  # fmt: skip
             control_plane.bootstrap_objects(self)
             control_plane.start_controllers(self, binaries)
-            node.start_node(self, binaries)
-            self.daemons.wait(lambda: node.node_ready(self), deadline, f"node {self.node_name} Ready")
-            node.start_network_policy(self, binaries)
+            node.start_dns(self, binaries)
+            for each in self.nodes:
+                node.start_node(self, each, binaries)
+            for each in self.nodes:
+                self.daemons.wait(lambda: node.node_ready(self, each), deadline, f"node {each.name} Ready")
+                if each.labels:
+                    self.kubectl("label", "node", each.name, "--overwrite", *(f"{k}={v}" for k, v in each.labels.items()))
+                node.start_network_policy(self, each, binaries)
             self.daemons.wait(lambda: node.dns_ready(self), deadline, "CoreDNS ready")
-            self.daemons.wait(lambda: node.policy_ready(self), deadline, "kube-router's network policy controller")
+            for each in self.nodes:
+                self.daemons.wait(lambda: node.policy_ready(self, each), deadline, f"kube-router's network policy controller on {each.name}")
             self.daemons.wait(self._default_service_account, deadline, "the default ServiceAccount (controllers running)")
             for addon in ADDONS.values():
                 if addon.name in self.addons:
@@ -133,6 +176,29 @@ class LocalCluster:
         self.startup_seconds = time.monotonic() - began
         return self
 
+    def _start_nodes_namespaces(self) -> None:
+        """The switch, then each node's namespaces on it (node 0's hold the control plane too)."""
+        self.switch = Switch.start(self.daemons)
+        for each in self.nodes:
+            each.namespace = NodeNamespace.start(self.daemons, each.key("holder"), each.run_dir, self._mount_points)
+            self.switch.attach(each.namespace, each.index, len(self.nodes))
+        self.node = self.nodes[0].namespace
+
+    def _start_runtimes(self, images: dict[str, tuple[str, Path]]) -> None:
+        """Each node's containerd. The images go into node 0's store; the other nodes' stores are
+        copies of it made of hard links, taken while no containerd runs on it."""
+        pause = images.get("pause", ("", None))[0]
+        first = self.nodes[0]
+        first.containerd.start(self.daemons, first.namespace, first.pod_cidr, pause, time.monotonic() + 60)
+        first.containerd.import_images(images)
+        if len(self.nodes) == 1:
+            return
+        self.daemons.end([first.key("containerd")])
+        for each in self.nodes:
+            if each.index:
+                each.containerd.clone_store(first.store)
+            each.containerd.start(self.daemons, each.namespace, each.pod_cidr, pause, time.monotonic() + 60)
+
     def _wanted_images(self) -> dict[str, tuple[str, Path]]:
         if self.with_images is False:
             return {}
@@ -144,32 +210,34 @@ class LocalCluster:
     def stop(self) -> None:
         """Ends every process of this cluster (also a crashed earlier run's) and removes its state."""
         recorded = self.daemons.recorded()
-        holder = recorded.get("holder")
-        netns = None
-        if holder and alive(*holder):
-            netns = os.readlink(f"/proc/{holder[0]}/ns/net")
-        # The kubelet first, so that it restarts nothing; then every other daemon at once.
-        for group in (["kubelet"], [k for k in recorded if k not in ("kubelet", "holder")]):
-            procs = [recorded[k] for k in group if k in recorded and alive(*recorded[k])]
+        holders = {key: pid for key, pid in recorded.items() if _is_holder(key) and alive(*pid)}
+        netns = {os.readlink(f"/proc/{pid}/ns/net") for pid, _ in holders.values()}
+        # The kubelets first, so that they restart nothing; then every other daemon at once.
+        kubelets = [key for key in recorded if key.split("-")[0] == "kubelet"]
+        for group in (kubelets, [k for k in recorded if k not in kubelets and not _is_holder(k)]):
+            procs = [recorded[k] for k in group if alive(*recorded[k])]
             for pid, _ in procs:
                 send(pid, signal.SIGTERM)
             for pid, _ in wait_gone(procs, 10):
                 send(pid, signal.SIGKILL)
-        # The pods' processes (in the cluster's cgroups) and containerd's shims (in its namespace).
+        # The pods' processes (in the cluster's cgroups) and containerd's shims (in the nodes' namespaces).
         for _ in range(3):
-            stray = self.cgroups.processes() + (processes_in(netns, exclude=holder) if netns else [])
+            stray = self.cgroups.processes() + [p for ns in netns for p in processes_in(ns, exclude=set(holders.values()))]
             if not stray:
                 break
             for pid, _st in stray:
                 send(pid, signal.SIGKILL)
             wait_gone(stray, 10)
-        if holder and alive(*holder):
-            send(holder[0], signal.SIGKILL)
-            wait_gone([holder], 10)
+        for pid, _ in holders.values():
+            send(pid, signal.SIGKILL)
+        wait_gone(holders.values(), 10)
         self.cgroups.remove()
         self._mount_points.remove(another_running=self._another_running)
         if self.run_dir.exists():
             shutil.rmtree(self.run_dir, ignore_errors=True)
+        # The other nodes' stores are copies of node 0's, made anew at each start: an old one would
+        # keep an image node 0 has since pruned.
+        shutil.rmtree(self.home / "nodes", ignore_errors=True)
         Path(self.kubeconfig).unlink(missing_ok=True)
 
     def _another_running(self) -> bool:
@@ -204,24 +272,45 @@ class LocalCluster:
         """kubectl's discovery cache goes into the run, not ~/.kube."""
         return {**os.environ, "KUBECACHEDIR": str(self.run_dir / "kubecache")}
 
-    def in_namespace(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        """Runs a command inside the cluster's network and mount namespaces (as the node)."""
-        return self.node.run(*argv, timeout=timeout)
+    def in_namespace(self, *argv: str, timeout: float = 60, node: str | None = None) -> subprocess.CompletedProcess:
+        """Runs a command inside a node's network and mount namespaces (as that node; node 0's,
+        the control plane's, by default)."""
+        namespace = self.node_named(node).namespace if node else self.node
+        return namespace.run(*argv, timeout=timeout)
+
+    # --- a node's faults (faults.py) -------------------------------------------------------
+
+    def crash_node(self, name: str) -> None:
+        """Node `name` fails at once: its daemons and containers killed, its network cut."""
+        faults.crash(self, self.node_named(name))
+
+    def restart_node(self, name: str) -> None:
+        """A crashed node boots again: its network back, its runtime and daemons started anew."""
+        faults.restart(self, self.node_named(name), self._binaries, time.monotonic() + self.startup_timeout)
+
+    def cut_node(self, name: str, connected: bool = False) -> None:
+        """Node `name` cut off the nodes' network while its processes run on (or connected again)."""
+        self.switch.set_port(self.node_named(name).index, up=connected)
 
     def tag_image(self, source: str, target: str) -> None:
-        """Gives an imported image another name (what a manifest's `image:` resolves to)."""
-        self.containerd.tag(source, target)
+        """Gives an imported image another name (what a manifest's `image:` resolves to), on every node."""
+        for each in self.nodes:
+            each.containerd.tag(source, target)
 
     # --- for the parts ---------------------------------------------------------------------
 
     def spawn(self, key: str, argv: list[str]) -> None:
-        """A daemon inside the cluster's namespaces."""
+        """A daemon of the control plane, inside its namespaces."""
         self.daemons.popen(key, self.node.entered(*argv))
 
-    def probe_ok(self, url: str) -> bool:
-        """An HTTP GET of `url` from inside the node's namespace succeeds."""
+    def spawn_on(self, node: ClusterNode, daemon: str, argv: list[str]) -> None:
+        """A daemon of `node`, inside its namespaces."""
+        self.daemons.popen(node.key(daemon), node.namespace.entered(*argv))
+
+    def probe_ok(self, url: str, node: ClusterNode | None = None) -> bool:
+        """An HTTP GET of `url` from inside a node's namespace (node 0's by default) succeeds."""
         probe = f"import urllib.request; urllib.request.urlopen('{url}', timeout=2)"
-        return self.in_namespace(sys.executable, "-c", probe, timeout=10).returncode == 0
+        return (node or self.nodes[0]).namespace.run(sys.executable, "-c", probe, timeout=10).returncode == 0
 
     def _start_relay(self) -> None:
         port = free_port()
@@ -232,3 +321,8 @@ class LocalCluster:
 
     def _default_service_account(self) -> bool:
         return self.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0
+
+
+def _is_holder(key: str) -> bool:
+    """A process that holds namespaces open: the switch's, and each node's."""
+    return key == "switch" or key.split("-")[0] == "holder"

@@ -1,19 +1,63 @@
-"""The cluster's one node: the kubelet (on containerd, in the cluster's cgroups), kube-proxy,
-CoreDNS, which answers for the cluster's domain only, and kube-router's network policy controller,
-which enforces NetworkPolicy."""
+"""The cluster's nodes, each with its kubelet (on a containerd of its own, in cgroups of its own),
+kube-proxy and kube-router's network policy controller, which enforces NetworkPolicy in the
+node's own iptables; and CoreDNS, one for the cluster on the control plane's address, which every
+node's pods reach across the nodes' network and which answers for the cluster's domain only."""
 
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from .network import NODE_IP, POD_CIDR, SERVICE_CIDR
+from .containerd import Containerd
+from .namespaces import NodeNamespace
+from .network import CLUSTER_CIDR, NODE_IP, SERVICE_CIDR, node_ip, pod_cidr
 from .running import RunningCluster
 
 KUBE_ROUTER_HEALTH_PORT = 20244
 
 
-def start_node(cluster: RunningCluster, binaries: dict[str, str]) -> None:
-    run_dir, pki = cluster.run_dir, cluster.run_dir / "pki"
+@dataclass
+class ClusterNode:
+    """One node: its name, address, pods' subnet, the share of the machine it advertises, and its
+    parts once started. Node 0 lives in the control plane's namespaces and keeps the cluster's
+    paths of a single-node cluster; node i's live under `<run>/nodes/<name>`."""
+
+    index: int
+    name: str
+    run_dir: Path  # the node's own files: its containerd's config and socket, kubelet's config
+    store: Path  # its containerd's root (its image store)
+    cgroup_root: str
+    share: int  # the machine is shared by this many nodes: each advertises 1/share of its CPU and memory
+    labels: dict[str, str] = field(default_factory=dict)
+    namespace: NodeNamespace | None = None
+    containerd: Containerd | None = None
+
+    @property
+    def ip(self) -> str:
+        return node_ip(self.index)
+
+    @property
+    def pod_cidr(self) -> str:
+        return pod_cidr(self.index)
+
+    def key(self, daemon: str) -> str:
+        """The daemon's name in the cluster's process record (node 0's keep their single-node names)."""
+        return daemon if self.index == 0 else f"{daemon}-{self.name}"
+
+    def reserved(self) -> dict[str, str]:
+        """What the kubelet holds back so that the node advertises its share of the machine."""
+        if self.share == 1:
+            return {}
+        cpu_millis = len(os.sched_getaffinity(0)) * 1000
+        memory_mib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+        return {"cpu": f"{cpu_millis - cpu_millis // self.share}m", "memory": f"{memory_mib - memory_mib // self.share}Mi"}
+
+
+def start_node(cluster: RunningCluster, node: ClusterNode, binaries: dict[str, str]) -> None:
+    """The node's kubelet and kube-proxy (its containerd runs already)."""
+    run_dir, pki = node.run_dir, cluster.run_dir / "pki"
     resolv = run_dir / "resolv.conf"
     # Pods resolve through the cluster DNS only: no name outside the cluster is forwarded anywhere.
     resolv.write_text(f"nameserver {NODE_IP}\n")
@@ -23,12 +67,12 @@ def start_node(cluster: RunningCluster, binaries: dict[str, str]) -> None:
         # cgroup v1 without systemd as PID 1
         "cgroupDriver": "cgroupfs",
         "failCgroupV1": False,
-        "cgroupRoot": cluster.cgroup_root,
-        "containerRuntimeEndpoint": f"unix://{cluster.containerd.socket}",
+        "cgroupRoot": node.cgroup_root,
+        "containerRuntimeEndpoint": f"unix://{node.containerd.socket}",
         "clusterDNS": [NODE_IP],
         "clusterDomain": cluster.domain,
         "resolvConf": str(resolv),
-        "address": NODE_IP,
+        "address": node.ip,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
         # Only the API server reaches the kubelet, from inside the namespace.
@@ -45,22 +89,25 @@ def start_node(cluster: RunningCluster, binaries: dict[str, str]) -> None:
         "volumePluginDir": "/var/lib/kubelet/volume-plugins",
         "serializeImagePulls": False,
     }
+    if node.reserved():
+        # The share advertised: allocatable = capacity - systemReserved (enforced on no cgroup).
+        kubelet_config["systemReserved"] = node.reserved()
     (run_dir / "kubelet.json").write_text(json.dumps(kubelet_config, indent=2))
-    cluster.spawn("kubelet", [
+    cluster.spawn_on(node, "kubelet", [
         binaries["kubelet"],
         "--config", str(run_dir / "kubelet.json"),
-        "--kubeconfig", str(pki / "kubelet.kubeconfig"),
-        "--hostname-override", cluster.node_name,
-        "--node-ip", NODE_IP,
+        "--kubeconfig", str(pki / f"{node.key('kubelet')}.kubeconfig"),
+        "--hostname-override", node.name,
+        "--node-ip", node.ip,
         "--root-dir", "/var/lib/kubelet",
         "--cert-dir", "/var/lib/kubelet/pki",
     ])  # fmt: skip
-    cluster.spawn("kube-proxy", [
+    cluster.spawn_on(node, "kube-proxy", [
         binaries["kube-proxy"],
         "--kubeconfig", str(pki / "kube-proxy.kubeconfig"),
-        "--hostname-override", cluster.node_name,
+        "--hostname-override", node.name,
         "--proxy-mode", "iptables",
-        "--cluster-cidr", POD_CIDR,
+        "--cluster-cidr", CLUSTER_CIDR,
         # change no machine-wide conntrack setting
         "--conntrack-max-per-core", "0",
         "--conntrack-tcp-timeout-established", "0s",
@@ -68,7 +115,12 @@ def start_node(cluster: RunningCluster, binaries: dict[str, str]) -> None:
         "--metrics-bind-address", "127.0.0.1:10249",
         "--healthz-bind-address", "127.0.0.1:10256",
     ])  # fmt: skip
-    corefile = run_dir / "Corefile"
+
+
+def start_dns(cluster: RunningCluster, binaries: dict[str, str]) -> None:
+    """CoreDNS on the control plane's address, the kubelets' clusterDNS on every node."""
+    pki = cluster.run_dir / "pki"
+    corefile = cluster.run_dir / "Corefile"
     corefile.write_text(f""".:53 {{
     bind {NODE_IP}
     errors
@@ -84,24 +136,24 @@ def start_node(cluster: RunningCluster, binaries: dict[str, str]) -> None:
     cluster.spawn("coredns", [binaries["coredns"], "-conf", str(corefile)])
 
 
-def start_network_policy(cluster: RunningCluster, binaries: dict[str, str]) -> None:
+def start_network_policy(cluster: RunningCluster, node: ClusterNode, binaries: dict[str, str]) -> None:
     """NetworkPolicy enforced in the node's iptables and ipsets (pods on the CNI bridge are filtered
     through bridge netfilter, on in the namespace) by kube-router's network policy controller, once
     the node is registered (it finds its own Node object at start). Its router and service proxy
     stay off: kube-proxy serves Services, and the advisories of the served release are in those two."""
     pki = cluster.run_dir / "pki"
-    cluster.spawn("kube-router", [
+    cluster.spawn_on(node, "kube-router", [
         binaries["kube-router"],
         "--run-firewall=true", "--run-router=false", "--run-service-proxy=false", "--run-loadbalancer=false",
         "--kubeconfig", str(pki / "kube-router.kubeconfig"),
-        "--hostname-override", cluster.node_name,
+        "--hostname-override", node.name,
         "--service-cluster-ip-range", SERVICE_CIDR,
         "--health-port", str(KUBE_ROUTER_HEALTH_PORT),
     ])  # fmt: skip
 
 
-def node_ready(cluster: RunningCluster) -> bool:
-    out = cluster.kubectl("get", "node", cluster.node_name, "-o", "json", check=False)
+def node_ready(cluster: RunningCluster, node: ClusterNode) -> bool:
+    out = cluster.kubectl("get", "node", node.name, "-o", "json", check=False)
     if out.returncode != 0:
         return False
     conditions = json.loads(out.stdout)["status"].get("conditions", [])
@@ -112,6 +164,6 @@ def dns_ready(cluster: RunningCluster) -> bool:
     return cluster.probe_ok(f"http://{NODE_IP}:8181/ready")
 
 
-def policy_ready(cluster: RunningCluster) -> bool:
+def policy_ready(cluster: RunningCluster, node: ClusterNode) -> bool:
     """kube-router's controllers answer healthy once their caches synced and their first sync ran."""
-    return cluster.probe_ok(f"http://127.0.0.1:{KUBE_ROUTER_HEALTH_PORT}/healthz")
+    return cluster.probe_ok(f"http://127.0.0.1:{KUBE_ROUTER_HEALTH_PORT}/healthz", node)

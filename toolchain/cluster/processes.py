@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -92,6 +93,17 @@ class Daemons:
         self.pids[key] = (proc.pid, started)
         (self.run_dir / "pids.json").write_text(json.dumps(self.pids))
         return proc
+
+    def end(self, keys: Iterable[str], sig: int = signal.SIGTERM, grace: float = 10) -> None:
+        """Ends these daemons (SIGKILL after `grace`) and drops them from the record."""
+        procs = [self.pids.pop(key) for key in keys if key in self.pids]
+        (self.run_dir / "pids.json").write_text(json.dumps(self.pids))
+        for pid, started in procs:
+            if alive(pid, started):
+                send(pid, sig)
+        for pid, _ in wait_gone(procs, grace):
+            send(pid, signal.SIGKILL)
+        wait_gone(procs, 10)
 
     def tail(self, key: str, lines: int = 40) -> str:
         path = self.logs / f"{key}.log"

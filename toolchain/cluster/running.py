@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from .containerd import Containerd
 from .namespaces import NodeNamespace
 from .processes import Daemons
+
+if TYPE_CHECKING:
+    from .cgroups import ClusterCgroups
+    from .namespaces import Switch
+    from .node import ClusterNode
 
 
 class RunningCluster(Protocol):
@@ -17,16 +21,20 @@ class RunningCluster(Protocol):
     domain: str
     node_name: str
     context: str
-    cgroup_root: str
     run_dir: Path
     addons: tuple[str, ...]
     workload_api: bool
     daemons: Daemons
-    containerd: Containerd
     node: NodeNamespace
+    nodes: list["ClusterNode"]
+    switch: "Switch"
+    cgroups: "ClusterCgroups"
+    images: dict[str, str]
 
     def spawn(self, key: str, argv: list[str]) -> None: ...
 
+    def spawn_on(self, node: "ClusterNode", daemon: str, argv: list[str]) -> None: ...
+
     def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess: ...
 
-    def probe_ok(self, url: str) -> bool: ...
+    def probe_ok(self, url: str, node: "ClusterNode | None" = None) -> bool: ...
