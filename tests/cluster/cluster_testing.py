@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -487,3 +488,61 @@ def host_state(cluster_name: str) -> dict[str, list[str]]:
         "mounts": mounts,
         "cgroups": sorted(str(p) for m in cgroup_mounts() for p in m.glob(f"ddp-infra-{cluster_name}")),
     }
+
+
+# Which pod trains as which rank, and which wait as spares: decided as pods join (a pod of the
+# world that re-joins may itself end up waiting as a spare), so read from the pods' logs and the
+# rendezvous's own state in the store's pod.
+_PROCESS = re.compile(r"^\[DDP\] process global_rank=(?P<rank>\d+) ")
+
+
+def ranks(cluster) -> dict[int, str]:
+    """The pod that holds each global rank in the newest world: the pod of that rank's newest
+    `[DDP] process` line (every world logs one per rank)."""
+    return {int(match["rank"]): name for _, name, text in logged(cluster) if (match := _PROCESS.match(text))}
+
+
+def spares_waiting(cluster) -> int:
+    """How many pods wait in the rendezvous as spares: its redundancy list, read in the store's pod."""
+    store, port = next((name, pod["spec"]["containers"][0]["ports"][0]["containerPort"])
+                       for name, pod in pods(cluster, NAMESPACE, store=True).items() if is_store_pod(pod))  # fmt: skip
+    run_id = next(var["value"] for var in next(iter(world_pods(cluster).values()))["spec"]["containers"][0]["env"]
+                  if var["name"] == contract.RDZV_ID.name)  # fmt: skip
+    code = (
+        "import pickle, datetime; from torch.distributed import TCPStore; "
+        "from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend as B; "
+        f"s = TCPStore('127.0.0.1', {port}, is_master=False, timeout=datetime.timedelta(seconds=10)); "
+        f"state = B(s, {run_id!r}).get_state(); "
+        "print(len(pickle.loads(state[0]).redundancy_list) if state else 0)"
+    )
+    result = cluster.kubectl("exec", store, "-n", NAMESPACE, "-c", "store", "--", "python", "-c", code, check=False)
+    return int(result.stdout.strip() or 0) if result.returncode == 0 else 0
+
+
+def logged(cluster) -> list[tuple[datetime, str, str]]:
+    """(time, pod, line) of every line of the world's pods' logs, in time order: the failed ones'
+    too (a pod of the last world ends Failed when the Job, complete at its first success, stops it)."""
+    return sorted((at, name, text) for name in pods(cluster, NAMESPACE) for at, text in timestamped_logs(cluster, name))
+
+
+def resumes(cluster) -> list[tuple[datetime, str]]:
+    """Every `[CKPT] resumed` line of the pods' current logs with its time (rank 0 logs one per world)."""
+    return [(at, text) for at, _, text in logged(cluster) if text.startswith("[CKPT] resumed")]
+
+
+def wait_for_the_job_and_both_ranks_done(cluster, timeout: float = 900) -> tuple[str, dict[str, dict[str, str]]]:
+    """The Job's end (Complete or Failed) and the [DONE] line of each of the final world's two ranks.
+    Each rank says [DONE] before the world leaves together; the Job, complete at its first pod's
+    success, then deletes the pods still running, logs and all: the lines are read as they come."""
+    done: dict[str, dict[str, str]] = {}
+
+    def ended_with_both_ranks_done() -> str | None:
+        found = pods(cluster, NAMESPACE)
+        for name in found:
+            done.update((line["rank"], line) for line in done_lines(all_logs(cluster, NAMESPACE, name)))
+        ended = job_condition(cluster)
+        if ended != "Complete" or sorted(done) == ["0", "1"]:
+            return ended
+        return None if any(running(pod) for pod in found.values()) else f"Complete, [DONE] read of ranks {sorted(done)} only"
+
+    return wait_for(ended_with_both_ranks_done, timeout, "the Job to end, both ranks' [DONE] lines read", interval=0.5), done

@@ -12,10 +12,11 @@ import time
 import pytest
 
 from cluster_testing import (
-    LONG_RUN, MASTER, NAMESPACE, NODES, SERVICE, STORE, WORKLOAD, LogStream, all_logs, exec_python, get, is_store_pod, job_condition,
+    LONG_RUN, MASTER, NAMESPACE, NODES, SERVICE, WORKLOAD, LogStream, all_logs, exec_python, get, is_store_pod, job_condition,
     node_cpu, pod_name, pods, run_dir, running, wait_for, wait_for_world, world_pods,
 )  # fmt: skip
 from trainer_testing import done_lines, epoch_records
+from policy_checks import document, pause_pod, the_network_policies_admit_only_the_world
 
 from trainer import contract
 
@@ -63,7 +64,7 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
     assert {pod["status"]["phase"] for pod in finished.values()} == {"Succeeded"}, finished.keys()
     (store,) = [pod for pod in pods(cluster, NAMESPACE, store=True).values() if is_store_pod(pod)]
     assert store["status"]["phase"] == "Running" and "cpu" not in store["spec"]["containers"][0]["resources"]["requests"]
-    greedy = _pause_pod("cpu-taker", cluster.images["pause"], {"app": "cpu-taker"}, cpu=node_cpu(cluster))
+    greedy = pause_pod("cpu-taker", cluster.images["pause"], {"app": "cpu-taker"}, cpu=node_cpu(cluster))
     cluster.kubectl("apply", "-f", "-", input=json.dumps(greedy))
     wait_for(lambda: running(get(cluster, "pod", "cpu-taker", NAMESPACE)), 120, "a pod using the freed CPU to run")
     cluster.kubectl("delete", "pod", "cpu-taker", "-n", NAMESPACE, "--wait=true")
@@ -102,108 +103,11 @@ def _world_story(cluster, names: dict[int, str]) -> str:
     return "\n".join(story)
 
 
-def _pause_pod(name: str, image: str, labels: dict[str, str], cpu: str | None = None) -> dict:
-    """A pause pod, restricted like the trainer's; with `cpu`, it requests that much."""
-    resources = {"limits": {"memory": "16Mi"}, **({"requests": {"cpu": cpu}} if cpu else {})}
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
-        "spec": {
-            "hostname": name, "subdomain": SERVICE,
-            "automountServiceAccountToken": False,
-            "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{"name": "pause", "image": image, "imagePullPolicy": "IfNotPresent", "resources": resources,
-                            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
-        },
-    }  # fmt: skip
-
-
 def _not_ready_pod(image: str, labels: dict[str, str]) -> dict:
     """A pod the rendezvous Service selects, that never becomes Ready (a readiness gate nobody sets)."""
-    pod = _pause_pod("dns-probe", image, labels)  # no CPU request: the world's two pods hold the node's CPUs
+    pod = pause_pod("dns-probe", image, labels)  # no CPU request: the world's two pods hold the node's CPUs
     pod["spec"]["readinessGates"] = [{"conditionType": "ddp-infra.test/never"}]
     return pod
-
-
-# Connects to each of PORTS at ADDRESS and prints {port: "open", or why not}.
-CONNECT = """
-import json, socket
-reached = {}
-for port in PORTS:
-    probe = socket.socket()
-    probe.settimeout(3)
-    try:
-        probe.connect((ADDRESS, port))
-        reached[port] = "open"
-    except OSError as error:
-        reached[port] = error.strerror or type(error).__name__
-    finally:
-        probe.close()
-print(json.dumps(reached))
-"""
-# The TCP ports a pod listens on: its network namespace's sockets in state LISTEN (0A).
-LISTENING = """
-ports = set()
-for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-    for row in open(table).read().splitlines()[1:]:
-        local, state = row.split()[1], row.split()[3]
-        if state == "0A":
-            ports.add(int(local.rsplit(":", 1)[1], 16))
-print(" ".join(map(str, sorted(ports))))
-"""
-
-
-def _connect(cluster, pod: str, address: str, ports: list[int]) -> dict[int, str]:
-    out = exec_python(cluster, NAMESPACE, pod, CONNECT.replace("PORTS", repr(ports)).replace("ADDRESS", repr(address)))
-    return {int(port): result for port, result in json.loads(out).items()}
-
-
-def _document(documents: list[dict], kind: str, name: str) -> dict:
-    return next(d for d in documents if d["kind"] == kind and d["metadata"]["name"] == name)
-
-
-def _the_network_policies_admit_only_the_world(cluster, names: dict[int, str], documents: list[dict]) -> None:
-    """While the world trains, a pod of the namespace outside the world reaches none of pod 0's
-    listening ports (Gloo's, the workers' store), which pod 1 reaches, nor the rendezvous store's
-    pod, at its address or its Service's, which pod 1 reaches too; with a policy removed, it
-    reaches what that policy kept it from. kube-router enforces the policies on this cluster."""
-    pod0 = get(cluster, "pod", names[0], NAMESPACE)
-    address = pod0["status"]["podIP"]
-    store_service = _document(documents, "Service", STORE)
-    port = store_service["spec"]["ports"][0]["port"]
-    store_ip = get(cluster, "service", STORE, NAMESPACE)["spec"]["clusterIP"]
-    (store_pod,) = [pod for pod in pods(cluster, NAMESPACE, store=True).values() if is_store_pod(pod)]
-    store_address = store_pod["status"]["podIP"]
-
-    def listening() -> list[int]:
-        return [int(found) for found in exec_python(cluster, NAMESPACE, names[0], LISTENING).split()]
-
-    # pod 0 hosts no rendezvous store: what it listens on is the process group's (Gloo's, the workers' store)
-    ports = wait_for(lambda: found if (found := listening()) else None, 180, "pod 0's process group listeners", interval=2)
-    assert port not in ports, ports
-    assert "open" in _connect(cluster, names[1], address, ports).values()
-    assert _connect(cluster, names[1], store_ip, [port]) == {port: "open"}
-
-    image = pod0["spec"]["containers"][0]["image"]
-    outsider = _pause_pod("outsider", image, {"app": "outsider"})
-    # a container named as the trainer's, so that exec_python finds it
-    outsider["spec"]["containers"][0].update(name="trainer", command=["python", "-c", "import time; time.sleep(3600)"])
-    outsider["spec"]["containers"][0]["resources"]["limits"]["memory"] = "128Mi"
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(outsider))
-    wait_for(lambda: running(get(cluster, "pod", "outsider", NAMESPACE)), 120, "the outsider pod to run")
-    blocked = {**_connect(cluster, "outsider", address, ports), **_connect(cluster, "outsider", store_address, [port]),
-               "service": _connect(cluster, "outsider", store_ip, [port])[port]}  # fmt: skip
-    assert "open" not in blocked.values(), blocked
-
-    for policy_name, target, target_port in ((f"{WORKLOAD}-world", address, ports[0]), (STORE, store_address, port)):
-        policy = _document(documents, "NetworkPolicy", policy_name)
-        cluster.kubectl("delete", "networkpolicy", policy_name, "-n", NAMESPACE)
-        wait_for(lambda: _connect(cluster, "outsider", target, [target_port]) == {target_port: "open"}, 60,
-                 f"the outsider to reach {target}:{target_port} once {policy_name} is gone", interval=2)  # fmt: skip
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(policy))  # the program's own manifest
-        wait_for(lambda: "open" not in _connect(cluster, "outsider", target, [target_port]).values(), 60,
-                 f"the restored {policy_name} to block the outsider again", interval=2)  # fmt: skip
-    cluster.kubectl("delete", "pod", "outsider", "-n", NAMESPACE, "--wait=true", "--grace-period=1")
 
 
 def test_the_pods_on_a_real_node(cluster, dev_stack, tmp_path):
@@ -237,7 +141,7 @@ except socket.gaierror as error:
 
     # publishNotReadyAddresses: a pod of the world that is not Ready (a readiness gate nobody
     # sets) has its DNS name all the same, which is what lets a world form before any pod is Ready.
-    selector = _document(documents, "Service", SERVICE)["spec"]["selector"]
+    selector = document(documents, "Service", SERVICE)["spec"]["selector"]
     cluster.kubectl("apply", "-f", "-", input=json.dumps(_not_ready_pod(cluster.images["pause"], selector)))
     wait_for(lambda: running(get(cluster, "pod", "dns-probe", NAMESPACE)), 120, "the not-ready probe pod to run")
     probe = get(cluster, "pod", "dns-probe", NAMESPACE)
@@ -268,7 +172,7 @@ print(json.dumps({'uid': os.getuid(), 'gid': os.getgid(), 'shm': shm.f_blocks * 
     assert report["data"] is report["out"] is report["tmp"] is True, report
     assert report["shm"] == 512 * 1024**2  # the dev stack's shmSize: 512Mi
 
-    _the_network_policies_admit_only_the_world(cluster, names, documents)
+    the_network_policies_admit_only_the_world(cluster, names, documents)
 
     # kubectl delete pod: SIGTERM reaches the trainer, which checkpoints before the pod is gone.
     checkpoints = run_dir(cluster) / "checkpoints"

@@ -13,17 +13,15 @@ global_rank=…` line of each rank) and from the rendezvous's own state in the s
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime, timezone
 
 import pytest
 from trainer_testing import same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, all_logs, cluster_state, done_lines, evict, job_condition,
-    kill_container, newest_checkpoint, pods, is_store_pod, running, timestamped_logs, wait_for, wait_for_checkpoint_after, world_pods,
+    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, cluster_state, evict, job_condition, kill_container, logged, newest_checkpoint,
+    pods, ranks, resumes, spares_waiting, wait_for, wait_for_checkpoint_after, wait_for_the_job_and_both_ranks_done,
 )  # fmt: skip
-from trainer import contract
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -33,43 +31,6 @@ RUN_ARGS = [*DISRUPTED_RUN[: DISRUPTED_RUN.index("--epochs") + 1], "24", *DISRUP
 SPARE = {"nodes": "2", "workload__sparePods": "1", "resources__requests__cpu": "500m", "run__args": RUN_ARGS,
          # each loss costs the survivor one restart of its workers
          "rendezvous__maxRestarts": "10"}  # fmt: skip
-_PROCESS = re.compile(r"^\[DDP\] process global_rank=(?P<rank>\d+) ")
-
-
-def ranks(cluster) -> dict[int, str]:
-    """The pod that holds each global rank in the newest world: the pod of that rank's newest
-    `[DDP] process` line (every world logs one per rank)."""
-    return {int(match["rank"]): name for _, name, text in logged(cluster) if (match := _PROCESS.match(text))}
-
-
-def spares_waiting(cluster) -> int:
-    """How many pods wait in the rendezvous as spares: its redundancy list, read in the store's pod."""
-    store, port = next((name, pod["spec"]["containers"][0]["ports"][0]["containerPort"])
-                       for name, pod in pods(cluster, NAMESPACE, store=True).items() if is_store_pod(pod))  # fmt: skip
-    run_id = next(var["value"] for var in next(iter(world_pods(cluster).values()))["spec"]["containers"][0]["env"]
-                  if var["name"] == contract.RDZV_ID.name)  # fmt: skip
-    code = (
-        "import pickle, datetime; from torch.distributed import TCPStore; "
-        "from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend as B; "
-        f"s = TCPStore('127.0.0.1', {port}, is_master=False, timeout=datetime.timedelta(seconds=10)); "
-        f"state = B(s, {run_id!r}).get_state(); "
-        "print(len(pickle.loads(state[0]).redundancy_list) if state else 0)"
-    )
-    result = cluster.kubectl("exec", store, "-n", NAMESPACE, "-c", "store", "--", "python", "-c", code, check=False)
-    return int(result.stdout.strip() or 0) if result.returncode == 0 else 0
-
-
-def logged(cluster) -> list[tuple[datetime, str, str]]:
-    """(time, pod, line) of every line of the world's pods' logs, in time order: the failed ones'
-    too (a pod of the last world ends Failed when the Job, complete at its first success, stops it)."""
-    return sorted((at, name, text) for name in pods(cluster, NAMESPACE) for at, text in timestamped_logs(cluster, name))
-
-
-def resumes(cluster) -> list[tuple[datetime, str]]:
-    """Every `[CKPT] resumed` line of the pods' current logs with its time (rank 0 logs one per world)."""
-    return [(at, text) for at, _, text in logged(cluster) if text.startswith("[CKPT] resumed")]
-
-
 def test_a_spare_takes_any_lost_pods_place_within_seconds_and_the_run_ends_as_an_uninterrupted_one(
     controllers_cluster, controllers_dev_image, controllers_stack, reference_result
 ):
@@ -122,20 +83,8 @@ def test_a_spare_takes_any_lost_pods_place_within_seconds_and_the_run_ends_as_an
     print(f"\n[figures] job with a spare: seconds from losing a pod to the world resumed: "
           f"{ {what: figure['resumed'] for what, figure in figures.items()} }")  # fmt: skip
 
-    # Each rank says [DONE] before the world leaves together; the Job, complete at its first pod's
-    # success, then deletes the pods still running, logs and all: the lines are read as they come.
-    done: dict[str, dict[str, str]] = {}
-
-    def ended_with_both_ranks_done() -> str | None:
-        found = pods(cluster, NAMESPACE)
-        for name in found:
-            done.update((line["rank"], line) for line in done_lines(all_logs(cluster, NAMESPACE, name)))
-        ended = job_condition(cluster)
-        if ended != "Complete" or sorted(done) == ["0", "1"]:
-            return ended
-        return None if any(running(pod) for pod in found.values()) else f"Complete, [DONE] read of ranks {sorted(done)} only"
-
-    assert wait_for(ended_with_both_ranks_done, 900, "the Job to end, both ranks' [DONE] lines read", interval=0.5) == "Complete", done
+    ended, done = wait_for_the_job_and_both_ranks_done(cluster)
+    assert ended == "Complete", done
     no_world_formed_since("the last loss")
     # Only a lost pod is counted as gone, after its loss: a live pod whose heartbeat came late is not.
     gone = [(at, name, text) for at, name, text in logged(cluster) if " counted as gone, " in text]
