@@ -91,6 +91,7 @@ class Follower:
         self.read_of: dict[tuple[str, int], int] = {}  # lines read of each container, for a re-attach
         self.pods_seen: dict[int, PodState] = {}
         self.waits_said: set[str] = set()
+        self.lost_nodes_said: set[str] = set()
         self.done: dict[str, str] = {}
         self.recent: deque[str] = deque(maxlen=ERROR_LINES)
 
@@ -118,6 +119,9 @@ class Follower:
         for wait in sorted(waits - self.waits_said):
             self.progress.say(f"[wait] {wait}")
         self.waits_said = waits
+        for lost in sorted(set(state.lost_nodes) - self.lost_nodes_said):
+            self.progress.say(f"[node] {lost}")
+        self.lost_nodes_said = set(state.lost_nodes)
         for index, pod in state.live_pods.items():
             before = self.pods_seen.get(index)
             if before and before.uid != pod.uid:

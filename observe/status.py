@@ -1,6 +1,6 @@
 """Where a run stands, in one view, on any cluster: the world's pods (phase, restarts, why one waits),
-the newest checkpoint (its step and age, from rank 0's log), the last `[TRAIN]` figures, and the
-workload's end. The stack's `statusCommand` output prints this command ready to paste.
+the newest checkpoint (its step and age, from rank 0's log), the last `[TRAIN]` figures, the
+workload's end, and a node lost under its pods. The stack's `statusCommand` output prints this command ready to paste.
 
     python -m observe.status -n ddp-dev --workload job/trainer -l app.kubernetes.io/instance=trainer
 """
@@ -48,6 +48,7 @@ def render(world: WorldRef, state: WorldState, timestamped_log: str, now: Option
     if done := log.last_line(text, log.DONE):
         rows.append(done)
     rows += [f"waiting: {wait}" for wait in state.waits()]
+    rows += [f"[node] {lost}" for lost in state.lost_nodes]
     return "\n".join(rows)
 
 

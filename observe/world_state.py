@@ -1,5 +1,6 @@
-"""The world as the cluster shows it in one look: its pods by index, whether the workload ended, and
-why anything waits (not scheduled, image not there, a queue holding the world)."""
+"""The world as the cluster shows it in one look: its pods by index, whether the workload ended, why
+anything waits (not scheduled, image not there, a queue holding the world), and the nodes lost
+under its pods."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ class PodState:
     last_exit: Optional[str]  # how its previous container ended
     deleting: bool
     created: str
+    node: Optional[str] = None  # the node it was bound to
 
     @property
     def live(self) -> bool:
@@ -57,6 +59,9 @@ class WorldState:
     ended: Optional[str]  # "Complete", or "Failed: <why>"; None while the workload runs
     held: Optional[str]  # why the workload itself waits (a queue has not admitted it)
     claims: tuple[str, ...] = ()  # why claims an unscheduled pod needs do not bind
+    # Nodes under live pods that are not Ready or are gone: the API may still call those pods
+    # Running while nothing of them runs.
+    lost_nodes: tuple[str, ...] = ()
 
     @property
     def live_pods(self) -> dict[int, PodState]:
@@ -80,11 +85,13 @@ class WorldState:
 def read_world(kubectl: Kubectl, world: WorldRef) -> WorldState:
     pods = sorted(kubectl.items("pods", world.selector), key=lambda p: p["metadata"]["creationTimestamp"])
     workload = kubectl.find(world.api_kind, world.name)
+    states = tuple(state for pod in pods if (state := pod_state(pod, world.container)) is not None)
     return WorldState(
-        pods=tuple(state for pod in pods if (state := pod_state(pod, world.container)) is not None),
+        pods=states,
         ended=_ended(world.kind, workload),
         held=_held(kubectl, world, workload, pods),
         claims=tuple(_claims_not_binding(kubectl, pods)),
+        lost_nodes=tuple(_lost_nodes_read(kubectl, states)),
     )
 
 
@@ -99,7 +106,7 @@ def pod_state(pod: dict[str, Any], container: str) -> Optional[PodState]:
         name=metadata["name"], uid=metadata["uid"], index=int(index), phase=status.get("phase", "Pending"),
         restarts=ours[0].get("restartCount", 0) if ours else 0, waiting=_waiting(status),
         last_exit=_exit(ours[0].get("lastState", {}).get("terminated")) if ours else None,
-        deleting="deletionTimestamp" in metadata, created=metadata["creationTimestamp"],
+        deleting="deletionTimestamp" in metadata, created=metadata["creationTimestamp"], node=pod.get("spec", {}).get("nodeName"),
     )  # fmt: skip
 
 
@@ -170,6 +177,40 @@ def _held(kubectl: Kubectl, world: WorldRef, workload: Optional[dict[str, Any]],
             if said := next((said for group in groups if (said := reason(group))), None):
                 return said
     return None
+
+
+def _lost_nodes_read(kubectl: Kubectl, pods: tuple[PodState, ...]) -> list[str]:
+    """Only the nodes of live pods are read; nothing is said where nodes cannot be read (a user whose
+    role reaches the namespace only)."""
+    names = sorted({pod.node for pod in pods if pod.live and pod.node})
+    if not names:
+        return []
+    done = kubectl.run("get", "nodes", *names, "--ignore-not-found", "-o", "json", check=False)
+    if done.returncode != 0:
+        return []
+    found = json.loads(done.stdout) if done.stdout.strip() else {"items": []}
+    return lost_nodes(pods, found.get("items", [found] if found.get("kind") == "Node" else []))
+
+
+def lost_nodes(pods: tuple[PodState, ...], nodes: list[dict[str, Any]]) -> list[str]:
+    """Each node under a live pod of the world that is not Ready, or whose Node object is gone, with
+    those pods: `<node> NotReady since <time> (<the node controller's words>), pods <index> (<name>)`."""
+    on_node: dict[str, list[PodState]] = {}
+    for pod in pods:
+        if pod.live and pod.node:
+            on_node.setdefault(pod.node, []).append(pod)
+    by_name = {node["metadata"]["name"]: node for node in nodes}
+    said = []
+    for name, held in sorted(on_node.items()):
+        listed = ", ".join(f"{pod.index} ({pod.name})" for pod in held)
+        node = by_name.get(name)
+        if node is None:
+            said.append(f"{name} is gone (its Node object was deleted), pods {listed}")
+            continue
+        ready = next((c for c in node.get("status", {}).get("conditions") or [] if c["type"] == "Ready"), None)
+        if ready is not None and ready["status"] != "True":
+            said.append(f"{name} NotReady since {ready.get('lastTransitionTime', '?')} ({_describe(ready)}), pods {listed}")
+    return said
 
 
 def _claims_not_binding(kubectl: Kubectl, pods: list[dict[str, Any]]) -> list[str]:

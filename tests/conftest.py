@@ -27,6 +27,8 @@ CONTROLLERS_CLUSTER_FILES = (
 # ...and those on the cluster whose control plane runs the alpha Workload API (`workload_api_cluster`),
 # which changes how every Job is scheduled there.
 WORKLOAD_API_CLUSTER_FILES = ("test_cluster_workload_api.py",)
+# ...and those on the cluster of three nodes (`nodes_cluster`): the world across nodes, a node's faults.
+NODES_CLUSTER_FILES = ("test_cluster_nodes.py",)
 
 
 def work_unit(nodeid: str) -> str:
@@ -37,6 +39,8 @@ def work_unit(nodeid: str) -> str:
     if suite == "cluster":
         if parts[-1] in WORKLOAD_API_CLUSTER_FILES:
             return "workload-api cluster"
+        if parts[-1] in NODES_CLUSTER_FILES:
+            return "nodes cluster"
         return "controllers cluster" if parts[-1] in CONTROLLERS_CLUSTER_FILES else "test cluster"
     if suite == "engine":
         return "engine"  # the deployed dev stack and the API server are the session's
@@ -63,7 +67,8 @@ def suite_rank(item: pytest.Item) -> int:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=suite_rank)  # stable: each file keeps its order
     misplaced = [
-        item.nodeid for item in items for fixture, unit in (("controllers_cluster", "controllers cluster"), ("workload_api_cluster", "workload-api cluster"))
+        item.nodeid for item in items
+        for fixture, unit in (("controllers_cluster", "controllers cluster"), ("workload_api_cluster", "workload-api cluster"), ("nodes_cluster", "nodes cluster"))
         if (fixture in item.fixturenames) != (work_unit(item.nodeid) == unit)
     ]  # fmt: skip
     if misplaced:

@@ -85,6 +85,31 @@ def controllers_cluster():
         yield local
 
 
+# The nodes' cluster's racks, as a topology level: nodes 0 and 1 in one, node 2 in the other.
+RACK = "ddp-infra.test/rack"
+RACKS = {0: {RACK: "rack-a"}, 1: {RACK: "rack-a"}, 2: {RACK: "rack-b"}}
+
+
+@pytest.fixture(scope="session")
+def nodes_cluster():
+    """A cluster of three nodes, each advertising a third of the machine (node 0 shares the control
+    plane's namespace), in two racks: the journeys across nodes and a node's faults."""
+    with _running(LocalCluster("nodes", domain=TEST_DOMAIN, nodes=3, node_labels=RACKS)) as local:
+        yield local
+
+
+@pytest.fixture(scope="session")
+def nodes_dev_image(nodes_cluster):
+    return _dev_image(nodes_cluster)
+
+
+@pytest.fixture
+def nodes_stack(nodes_cluster, nodes_dev_image, tmp_path):
+    """The dev stack on the nodes' cluster."""
+    with _removed_after(nodes_cluster, EngineStack(nodes_cluster, tmp_path / "engine")) as stack:
+        yield stack
+
+
 @pytest.fixture(scope="session")
 def workload_api_cluster():
     """A cluster whose control plane runs the alpha Workload API and its gang scheduling, with the

@@ -76,3 +76,24 @@ def test_a_claim_that_does_not_bind_is_named_with_its_newest_warning():
     ]
     assert world_state.claim_reasons([pod("trainer-0", False, "gone-pvc")], claims, events) == ["claim gone-pvc does not exist"]
     assert world_state.claim_reasons([pod("trainer-0", False, "outputs-pvc")], [claim("outputs-pvc", "Bound")], events) == []
+
+
+def _pod(index: int, node: str, phase: str = "Running") -> world_state.PodState:
+    return world_state.PodState(name=f"trainer-{index}-x", uid=str(index), index=index, phase=phase, restarts=0, waiting=None,
+                                last_exit=None, deleting=False, created="2026-11-27T00:00:00Z", node=node)  # fmt: skip
+
+
+def _node(name: str, ready: str, **condition: str) -> dict:
+    return {"metadata": {"name": name}, "status": {"conditions": [{"type": "Ready", "status": ready, **condition}]}}
+
+
+def test_a_node_lost_under_a_live_pod_is_named_with_the_node_controllers_words_and_its_pods():
+    pods = (_pod(0, "n0"), _pod(1, "n1"), _pod(2, "n1"), _pod(3, "n2", phase="Failed"))
+    lost = {"lastTransitionTime": "2026-11-27T00:01:02Z", "reason": "NodeStatusUnknown", "message": "Kubelet stopped posting node status."}
+    nodes = [_node("n0", "True"), _node("n1", "Unknown", **lost), _node("n2", "Unknown", **lost)]
+    assert world_state.lost_nodes(pods, nodes) == [
+        "n1 NotReady since 2026-11-27T00:01:02Z (NodeStatusUnknown: Kubelet stopped posting node status.), pods 1 (trainer-1-x), 2 (trainer-2-x)"
+    ]  # n2 holds no live pod of the world: not the world's concern
+    # a Node object deleted under a pod that is still bound to it
+    assert world_state.lost_nodes(pods, [_node("n0", "True")]) == ["n1 is gone (its Node object was deleted), pods 1 (trainer-1-x), 2 (trainer-2-x)"]
+    assert world_state.lost_nodes(pods, [_node("n0", "True"), _node("n1", "True")]) == []
