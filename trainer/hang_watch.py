@@ -181,9 +181,13 @@ class HangWatch:
                 if self._last_progress is not None:
                     self._last_progress = time.monotonic()
 
-    def bound(self) -> float:
+    def slowest_step(self) -> float | None:
+        """Seconds of the slowest recent step; None before two steps were timed."""
         with self._lock:
-            return self.limits.bound(max(self._step_times) if self._step_times else None)
+            return max(self._step_times) if self._step_times else None
+
+    def bound(self) -> float:
+        return self.limits.bound(self.slowest_step())
 
     def stalled_for(self) -> float:
         """Seconds since this rank last made progress; 0 before its first step and while busy."""

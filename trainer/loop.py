@@ -33,7 +33,7 @@ from trainer.optimizer import make_adamw
 from trainer.outputs import RunDir, write_json
 from trainer.sample_record import IndexedDataset, SampleRecord
 from trainer.sampler import EpochSampler
-from trainer.stop import StopRequest
+from trainer.stop import StopRequest, answer_bound
 from trainer.tasks.task import Task, to_device
 from trainer.tracking import NO_TRACKERS, Trackers
 
@@ -204,7 +204,8 @@ class Trainer:
     # --- training ---------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
         started = time.perf_counter()
-        self.stop.install()  # from here on a SIGTERM can be answered with a checkpoint
+        # from here on a SIGTERM can be answered with a checkpoint (or, stuck with a gone peer, ends the rank)
+        self.stop.install(answer_within=lambda: answer_bound(self.watch.slowest_step()))
         self.ddp.train()
         if self.record:
             self.record.open(resumed_at_step=self.progress.global_step)  # one broadcast, in this opt-in record only

@@ -138,6 +138,31 @@ def test_a_frozen_worker_is_found_by_the_hang_watch_and_the_world_re_forms_exact
     assert_both_ranks_end_with((first, second), expected)
 
 
+@pytest.mark.timeout(300)
+def test_a_worker_stuck_in_a_collective_with_a_vanished_peer_ends_at_once_on_sigterm(spawn, tmp_path):
+    """Pod 1's worker frozen, as a crashed node leaves it (no connection reset): pod 0's worker waits
+    in a collective that never completes, inside torch's C++ where Python runs no signal handler.
+    The SIGTERM torchrun sends it to re-form the world (a spare waiting, a node lost) ends it within
+    seconds, without a checkpoint its peer could never share, instead of when torchrun's shutdown
+    timeout runs out (30 s and more: seen on the local cluster, a node crashed). Neither the hang
+    watch (off here) nor the process group's timeout (10 minutes here) has a part in it."""
+    patient = [*LONG_ARGS[: LONG_ARGS.index("--pg-timeout") + 1], "600"]
+    hang_watch_off = {c.HANG_TIMEOUT_CEILING.name: "0"}
+    first, second = two_pods_past_step_16(spawn, tmp_path, free_port(), patient, **hang_watch_off)
+    (frozen,) = worker_pids(second.pid)
+    os.kill(frozen, signal.SIGSTOP)
+    (stuck,) = worker_pids(first.pid)
+    # the stuck worker has reached a collective its peer never joins: its step count stops
+    first.wait_for(lambda text: train_lines(text), 60, "a [TRAIN] line")
+    steps = len(train_lines(first.text()))
+    time.sleep(3)
+    assert len(train_lines(first.text())) == steps and stuck in worker_pids(first.pid)
+    os.kill(stuck, signal.SIGTERM)
+    wait_for(lambda: stuck not in descendants(first.pid), 30, "the stuck worker to end after its SIGTERM", interval=0.2)
+    stopped = [line for line in first.text().splitlines() if line.startswith("[STOP]")]
+    assert stopped and "SIGTERM unanswered" in stopped[-1] and "no checkpoint" in stopped[-1], first.text()[-3000:]
+
+
 def rank_of_pod(logs: str, pod_index: int) -> int:
     """The global rank of the first world's process in pod `pod_index`, from its [DDP] process line."""
     for line in logs.splitlines():
