@@ -90,15 +90,16 @@ RACK = "ddp-infra.test/rack"
 RACKS = {0: {RACK: "rack-a"}, 1: {RACK: "rack-a"}, 2: {RACK: "rack-b"}}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def nodes_cluster():
     """A cluster of three nodes, each advertising a third of the machine (node 0 shares the control
-    plane's namespace), in two racks: the journeys across nodes and a node's faults."""
+    plane's namespace), in two racks: the journeys across nodes and a node's faults. One module
+    uses it: it stops once that module's journeys end, not at the end of the worker's session."""
     with _running(LocalCluster("nodes", domain=TEST_DOMAIN, nodes=3, node_labels=RACKS)) as local:
         yield local
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def nodes_dev_image(nodes_cluster):
     return _dev_image(nodes_cluster)
 
