@@ -28,7 +28,11 @@ CONTROLLERS_CLUSTER_FILES = (
 # which changes how every Job is scheduled there.
 WORKLOAD_API_CLUSTER_FILES = ("test_cluster_workload_api.py",)
 # ...and those on the cluster of three nodes (`nodes_cluster`): the world across nodes, a node's faults.
+# They run in the controllers' cluster's worker, after its journeys: beside them, its three nodes
+# starved the spare and disruption journeys of the 2 cores (two full runs, a timeout each).
 NODES_CLUSTER_FILES = ("test_cluster_nodes.py",)
+# Each cluster fixture and the work unit whose tests use it.
+CLUSTER_FIXTURES = {"controllers_cluster": "controllers cluster", "workload_api_cluster": "workload-api cluster", "nodes_cluster": "controllers cluster"}
 
 
 def work_unit(nodeid: str) -> str:
@@ -40,7 +44,7 @@ def work_unit(nodeid: str) -> str:
         if parts[-1] in WORKLOAD_API_CLUSTER_FILES:
             return "workload-api cluster"
         if parts[-1] in NODES_CLUSTER_FILES:
-            return "nodes cluster"
+            return "controllers cluster"
         return "controllers cluster" if parts[-1] in CONTROLLERS_CLUSTER_FILES else "test cluster"
     if suite == "engine":
         return "engine"  # the deployed dev stack and the API server are the session's
@@ -62,9 +66,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 def suite_rank(item: pytest.Item) -> float:
     suite = Path(item.path).relative_to(TESTS).parts[0]
     if Path(item.path).name in NODES_CLUSTER_FILES:
-        # Handed out after the trainer's files: its three nodes' start and image import do not
-        # overlap the other clusters' (a crash-looping pod once took over 300 s to show there).
-        return SUITE_ORDER.index("trainer") + 0.5
+        return SUITE_ORDER.index("cluster") + 0.5  # last of its worker's unit, after the controllers' journeys
     return SUITE_ORDER.index(suite) if suite in SUITE_ORDER else len(SUITE_ORDER)
 
 
@@ -72,8 +74,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=suite_rank)  # stable: each file keeps its order
     misplaced = [
         item.nodeid for item in items
-        for fixture, unit in (("controllers_cluster", "controllers cluster"), ("workload_api_cluster", "workload-api cluster"), ("nodes_cluster", "nodes cluster"))
-        if (fixture in item.fixturenames) != (work_unit(item.nodeid) == unit)
+        if any(fixture in item.fixturenames and work_unit(item.nodeid) != unit for fixture, unit in CLUSTER_FIXTURES.items())
+        or (work_unit(item.nodeid) in CLUSTER_FIXTURES.values()
+            and not any(fixture in item.fixturenames for fixture, unit in CLUSTER_FIXTURES.items() if unit == work_unit(item.nodeid)))
     ]  # fmt: skip
     if misplaced:
         raise pytest.UsageError(f"tests/conftest.py's cluster file lists disagree with these tests' cluster fixture: {misplaced}")
