@@ -9,9 +9,8 @@ import signal
 
 from . import node as nodes
 from .namespaces import processes_in
-from .network import NODE_IP
 from .node import ClusterNode
-from .processes import ClusterError, send, wait_gone
+from .processes import ClusterError, kill_all
 from .running import RunningCluster
 
 # A node's own daemons, in the order a crash kills them (the kubelet first: it restarts nothing).
@@ -22,20 +21,15 @@ def crash(cluster: RunningCluster, node: ClusterNode) -> None:
     """The node stops answering at once: its network cut, then its daemons, its containers (its
     cgroups) and containerd's shims (its namespace) killed. Its Node object and pods stay in the
     API as they were, as with a real host that died: only the control plane's timeouts change them."""
-    if node.ip == NODE_IP:
+    if node.index == 0:
         raise ClusterError(f"{node.name} holds the control plane: crash another node")
     cluster.switch.set_port(node.index, up=False)
     cluster.daemons.end([node.key(daemon) for daemon in NODE_DAEMONS], sig=signal.SIGKILL, grace=0)
     netns = os.readlink(f"/proc/{node.namespace.holder}/ns/net")
     holder = cluster.daemons.pids[node.key("holder")]
-    for _ in range(3):
-        left = cluster.cgroups.processes(node.name) + processes_in(netns, exclude={holder})
-        if not left:
-            return
-        for pid, _started in left:
-            send(pid, signal.SIGKILL)
-        wait_gone(left, 10)
-    raise ClusterError(f"processes of {node.name} outlived its crash: {left}")
+    left = kill_all(lambda: cluster.cgroups.processes(node.name) + processes_in(netns, exclude={holder}))
+    if left:
+        raise ClusterError(f"processes of {node.name} outlived its crash: {left}")
 
 
 def restart(cluster: RunningCluster, node: ClusterNode, binaries: dict[str, str], deadline: float) -> None:

@@ -25,7 +25,7 @@ from .containerd import Containerd
 from .namespaces import MountPoints, NodeNamespace, Switch, processes_in
 from .network import API_PORT, MAX_NODES
 from .node import ClusterNode
-from .processes import ClusterError, Daemons, alive, send, wait_gone
+from .processes import ClusterError, Daemons, alive, kill_all, send, wait_gone
 
 HERE = Path(__file__).resolve().parent.parent  # toolchain/
 CACHE = Path(os.environ.get("DDP_INFRA_CACHE", Path.home() / ".cache" / "ddp-infra"))
@@ -221,13 +221,7 @@ class LocalCluster:
             for pid, _ in wait_gone(procs, 10):
                 send(pid, signal.SIGKILL)
         # The pods' processes (in the cluster's cgroups) and containerd's shims (in the nodes' namespaces).
-        for _ in range(3):
-            stray = self.cgroups.processes() + [p for ns in netns for p in processes_in(ns, exclude=set(holders.values()))]
-            if not stray:
-                break
-            for pid, _st in stray:
-                send(pid, signal.SIGKILL)
-            wait_gone(stray, 10)
+        kill_all(lambda: self.cgroups.processes() + [p for ns in netns for p in processes_in(ns, exclude=set(holders.values()))])
         for pid, _ in holders.values():
             send(pid, signal.SIGKILL)
         wait_gone(holders.values(), 10)

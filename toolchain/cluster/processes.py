@@ -56,6 +56,20 @@ def wait_gone(pids: Iterable[tuple[int, str]], timeout: float) -> list[tuple[int
     return [(pid, st) for pid, st in pids if alive(pid, st)]
 
 
+def kill_all(find: Callable[[], list[tuple[int, str]]], tries: int = 3) -> list[tuple[int, str]]:
+    """SIGKILLs whatever `find` returns until it finds nothing (a process may start another as it
+    dies); returns what is still there after `tries` rounds."""
+    left = find()
+    for _ in range(tries):
+        if not left:
+            break
+        for pid, _started in left:
+            send(pid, signal.SIGKILL)
+        wait_gone(left, 10)
+        left = find()
+    return left
+
+
 def send(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
