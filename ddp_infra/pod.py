@@ -67,7 +67,7 @@ _OPTIONAL_ENV = frozenset(
 
 def pod_env(world: World) -> list[dict[str, Any]]:
     """The trainer container's env: the variables every pod has in the order of `contract.ALL`,
-    HOME, the optional ones (also in that order), the secret env, then the extra env.
+    HOME, OMP_NUM_THREADS (unless the user's env sets it), the optional ones (also in that order), the secret env, then the extra env.
 
     Every value comes from `world`, so NNODES, WORLD_SIZE, MASTER_ADDR and their
     torchrun PET_* mirrors cannot disagree. A mirror of a downward-API variable is written as
@@ -141,6 +141,8 @@ def pod_env(world: World) -> list[dict[str, Any]]:
     optional = [var for var in contract.ALL if var.name in sources and var.name in _OPTIONAL_ENV]
     env = [{"name": var.name, **sources[var.name]} for var in always]
     env.extend({"name": name, "value": value} for name, value in PROGRAM_ENV.items())
+    if world.threads_per_process is not None and contract.OMP_NUM_THREADS not in config.env:
+        env.append({"name": contract.OMP_NUM_THREADS, "value": str(world.threads_per_process)})
     env.extend({"name": var.name, **sources[var.name]} for var in optional)
     env.extend(
         {"name": name, "valueFrom": {"secretKeyRef": {"name": world.env_secret_name, "key": name}}}

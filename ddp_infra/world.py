@@ -12,7 +12,7 @@ from typing import Optional
 
 from trainer import contract
 
-from .config import StackConfig
+from .config import StackConfig, parse_quantity
 from .names import APP_NAME, CONTAINER_NAME, OWNERSHIP_LABELS
 
 
@@ -87,6 +87,17 @@ class World:
     def world_size_text(self) -> str:
         """WORLD_SIZE as the pods read it: "8", or an elastic world's range of sizes, "4:8"."""
         return contract.range_text(self.min_nodes * self.nproc_per_node, self.world_size)
+
+    @property
+    def threads_per_process(self) -> Optional[int]:
+        """The threads each training process computes on (OMP_NUM_THREADS): the pod's CPU, its limit
+        or else its request, shared among its processes, at least 1; None where the pod names no CPU.
+        Left to torch, every process takes every CPU of the node, and pods side by side on one node
+        spin against each other's threads."""
+        cpu = self.config.resources.limits.cpu or self.config.resources.requests.cpu
+        if cpu is None:
+            return None
+        return max(1, int(parse_quantity(cpu)) // self.nproc_per_node)
 
     # --- names ---------------------------------------------------------------------------------
     @property

@@ -180,6 +180,12 @@ HANG_TIMEOUT_CEILING = EnvVar(
     required=False,
 )
 
+# --- what the stack sets unless the user's own env (the stack's `env` map) does ------------------
+# The threads each training process computes on (torch's intra-op threads): the pod's CPU, its
+# limit or else its request, shared among its NPROC_PER_NODE processes, at least 1. The training
+# line `[DDP] process ...` says how many a process got.
+OMP_NUM_THREADS = "OMP_NUM_THREADS"
+
 # --- what the user's own env (the stack's `env` map) or the image sets, and the trainer reads -----
 # Plain names, not EnvVars: the stack never sets them, and a user may.
 HF_HOME = "HF_HOME"  # the Hugging Face cache; the image puts it under /tmp

@@ -129,7 +129,7 @@ def main(argv: list[str]) -> int:
     # global_rank is torch's RANK; pod_index is the pod it runs in (NODE_RANK), as the pod's first [DDP] line says
     pod_index = os.environ.get(c.NODE_RANK.name) or "?"
     console.line(f"[DDP] process global_rank={d.rank} local_rank={d.local_rank} pod_index={pod_index} "
-          f"world_size={d.world_size} device={d.device} run={args.run_name}")  # fmt: skip
+          f"world_size={d.world_size} device={d.device} run={args.run_name} threads={torch.get_num_threads()}")  # fmt: skip
     try:
         train(args, d, stop)
         code = 0

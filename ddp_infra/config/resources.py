@@ -24,7 +24,9 @@ def _no_gpu_in_extended(extended: dict[str, str]) -> dict[str, str]:
 
 class ResourcesConfig(Model):
     requests: ResourceAmounts = Field(
-        ResourceAmounts(cpu="1", memory="4Gi"), description="Container requests (GPUs come from gpusPerNode)."
+        ResourceAmounts(cpu="1", memory="4Gi"),
+        description="Container requests (GPUs come from gpusPerNode). The CPU, or limits.cpu where set, shared among the "
+        "pod's training processes, is the threads each computes on (OMP_NUM_THREADS, at least 1; the stack's env may set it).",
     )
     limits: ResourceAmounts = Field(
         ResourceAmounts(memory="8Gi"), description="Container limits (GPUs come from gpusPerNode)."

@@ -15,7 +15,10 @@ from typing import Any
 
 
 from ddp_infra.claim_changes import ClaimChangeRefused
+from ddp_infra import config as stack_config
 from ddp_infra.config.scalars import parse_quantity
+from ddp_infra.names import PROJECT
+from ddp_infra.world import World
 from infra_harness import DELETE, Evaluation, evaluate, stack_config_with, stack_file_config
 from pulumi_project import PulumiProject, Result
 from trainer import contract
@@ -54,9 +57,11 @@ LONG_RUN = ["-m", "trainer.train", "smoke", "--epochs", "500", "--batch", "256",
 
 def pod_reference_result(args: list[str], out: Path) -> dict[str, str]:
     """What an uninterrupted world of 2 ends with, computed on this machine as a pod's worker computes:
-    on torch's default number of threads, every CPU of the node (the dev stack sets no CPU limit).
-    Their number changes float sums on some CPUs: seen params_sum -6.3180 on 1 thread, -6.3172 on 2."""
-    return uninterrupted_result(args, out, threads=len(os.sched_getaffinity(0)))
+    on the threads the dev stack gives each training process (OMP_NUM_THREADS, from the pod's CPU;
+    the journeys' pods ask for at most a CPU, as the dev stack's do). Their number changes float
+    sums on some CPUs: seen params_sum -6.3180 on 1 thread, -6.3172 on 2."""
+    world = World.from_config(stack_config.parse(DEV), PROJECT, "dev")
+    return uninterrupted_result(args, out, threads=world.threads_per_process)
 
 
 def pause_pod_resources(cpu: str) -> dict[str, str]:

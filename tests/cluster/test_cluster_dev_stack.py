@@ -39,6 +39,11 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
     # stack's kubectlFollowRank0 command follows.
     assert [line["rank"] for line in done[0]] == ["0"], done
     assert "[DDP] process global_rank=0 local_rank=0 pod_index=0 " in all_logs(cluster, NAMESPACE, names[0])
+    # Each process computes on the threads its pod's CPU allows (the dev pods ask for 1 CPU): not on
+    # every CPU of the node, which pods side by side would fight over.
+    for name in names.values():
+        threads = [line.rsplit(" threads=", 1)[1] for line in all_logs(cluster, NAMESPACE, name).splitlines() if "[DDP] process " in line]
+        assert threads == ["1"], threads
     # Every pod met the others at pod 0's DNS name, on a cluster whose domain is not cluster.local.
     for name in names.values():
         log = all_logs(cluster, NAMESPACE, name)

@@ -55,6 +55,26 @@ def test_the_missed_heartbeats_allowed_reach_the_pods_only_when_the_stack_change
     assert env_for(rendezvous__keepAliveMaxAttempts=8)["RDZV_KEEP_ALIVE_MAX_ATTEMPTS"]["value"] == "8"
 
 
+@pytest.mark.parametrize("resources, nproc, threads", [
+    ({"requests": {"cpu": "96"}, "limits": {}}, 8, "12"),  # the prod stack: 8 GPUs and their processes share 96 CPUs
+    ({"requests": {"cpu": "500m"}, "limits": {}}, 1, "1"),  # less than a CPU: one thread, not none
+    ({"requests": {"cpu": "2"}, "limits": {"cpu": "7"}}, 2, "3"),  # the limit, where there is one, is what the pod can use
+    ({"requests": {"cpu": "3"}, "limits": {}}, 8, "1"),
+])
+@pulumi.runtime.test
+def test_each_training_process_computes_on_its_share_of_the_pods_cpu(resources, nproc, threads):
+    env = env_for(resources=resources, gpusPerNode=nproc)
+    assert env["NPROC_PER_NODE"]["value"] == str(nproc)
+    assert env["OMP_NUM_THREADS"]["value"] == threads
+
+
+@pulumi.runtime.test
+def test_the_users_own_thread_count_wins_and_a_pod_without_cpu_keeps_torchs_default():
+    env = list(env_for(env={"OMP_NUM_THREADS": "6"}).values())
+    assert [var for var in env if var["name"] == "OMP_NUM_THREADS"] == [{"name": "OMP_NUM_THREADS", "value": "6"}]
+    assert "OMP_NUM_THREADS" not in env_for(resources={"requests": {"memory": "1Gi"}, "limits": {}})
+
+
 @pulumi.runtime.test
 def test_shm_size_models_dir_and_extra_env():
     env = env_for(shmSize="3Gi", env={"EXTRA_FLAG": "$(NODE_RANK)-x"})

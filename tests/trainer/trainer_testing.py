@@ -198,6 +198,9 @@ def uninterrupted_result(args: list[str], out: Path, threads: int = 1) -> dict[s
     epochs = int(args[args.index("--epochs") + 1]) if "--epochs" in args else 8
     code, text = run_to_end(entrypoint_command(args), env, out / "reference.log", timeout=240 * max(1.0, epochs / 8))
     assert code == 0, text[-4000:]
+    # OMP_NUM_THREADS reaches both workers through torchrun, and torch computes on that many
+    processes = [line.rsplit(" threads=", 1)[-1] for line in text.splitlines() if line.startswith("[DDP] process ")]
+    assert processes == [str(threads)] * 2, text[-4000:]
     lines = done_lines(text)
     assert len(lines) == 2 and same_result(lines[0]) == same_result(lines[1]), text[-4000:]
     return same_result(lines[0])
