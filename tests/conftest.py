@@ -22,17 +22,15 @@ SUITE_ORDER = ("cluster", "trainer", "engine")
 # go with them, so that no two of those run at once. Checked against the fixtures at collection.
 CONTROLLERS_CLUSTER_FILES = (
     "test_cluster_disruption.py", "test_cluster_elastic_jobset.py", "test_cluster_faults.py", "test_cluster_fit.py", "test_cluster_hang_watch.py", "test_cluster_jobset.py", "test_cluster_kueue.py",
-    "test_cluster_spare_pods.py", "test_cluster_volcano.py", "test_cluster_waiting.py",
+    "test_cluster_volcano.py", "test_cluster_waiting.py",
 )  # fmt: skip
 # ...and those on the cluster whose control plane runs the alpha Workload API (`workload_api_cluster`),
 # which changes how every Job is scheduled there.
 WORKLOAD_API_CLUSTER_FILES = ("test_cluster_workload_api.py",)
-# ...and those on the cluster of three nodes (`nodes_cluster`): the world across nodes, a node's faults.
-# They run in the controllers' cluster's worker, after its journeys: beside them, its three nodes
-# starved the spare and disruption journeys of the 2 cores (two full runs, a timeout each).
+# ...and those on the cluster of three nodes (`nodes_cluster`): the world across nodes, a lost pod or node.
 NODES_CLUSTER_FILES = ("test_cluster_nodes.py",)
 # Each cluster fixture and the work unit whose tests use it.
-CLUSTER_FIXTURES = {"controllers_cluster": "controllers cluster", "workload_api_cluster": "workload-api cluster", "nodes_cluster": "controllers cluster"}
+CLUSTER_FIXTURES = {"controllers_cluster": "controllers cluster", "workload_api_cluster": "workload-api cluster", "nodes_cluster": "nodes cluster"}
 
 
 def work_unit(nodeid: str) -> str:
@@ -44,7 +42,7 @@ def work_unit(nodeid: str) -> str:
         if parts[-1] in WORKLOAD_API_CLUSTER_FILES:
             return "workload-api cluster"
         if parts[-1] in NODES_CLUSTER_FILES:
-            return "controllers cluster"
+            return "nodes cluster"
         return "controllers cluster" if parts[-1] in CONTROLLERS_CLUSTER_FILES else "test cluster"
     if suite == "engine":
         return "engine"  # the deployed dev stack and the API server are the session's
@@ -65,8 +63,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 def suite_rank(item: pytest.Item) -> float:
     suite = Path(item.path).relative_to(TESTS).parts[0]
-    if Path(item.path).name in NODES_CLUSTER_FILES:
-        return SUITE_ORDER.index("cluster") + 0.5  # last of its worker's unit, after the controllers' journeys
     return SUITE_ORDER.index(suite) if suite in SUITE_ORDER else len(SUITE_ORDER)
 
 

@@ -1,40 +1,54 @@
 """The world across nodes, on a local cluster of three: node 0 shares the control plane's network
 namespace, nodes 1 and 2 each have one of their own, with their own kubelet, containerd, pod
 subnet, kube-proxy and kube-router, and a switch joins the three. Through the real `pulumi up`:
-the dev world of 2 pods and a spare, one pod per node, trains over Gloo between nodes with the
-stack's NetworkPolicy enforced on each node; a node holding a training pod crashes (its daemons
-and containers killed, its network cut), the spare takes the lost pod's place within seconds
-while Kubernetes still reports that pod Running; the node boots again and the lost pod's
-replacement waits as the next spare; another training pod's node is cut off the network while it
-runs on, and the spare takes its place too; the run ends as an uninterrupted one. The fit check
-counts node by node.
+the dev world of 2 pods and a spare (`workload.sparePods: 1`), one pod per node, trains over Gloo
+between nodes with the stack's NetworkPolicy enforced on each node. Whatever takes a training pod,
+the waiting spare takes its place within seconds, where the Job creates a replacement only after
+its back-off (kubernetes#130881), and the lost pod's replacement waits as the next spare. In one
+world: the pod's container SIGKILLed, the pod deleted, evicted. In another: its node crashed
+(daemons and containers killed, network cut) while Kubernetes still reports the pod Running, then
+booted again; then another's node cut off the network while it runs on, and joined again. The
+first run ends as an uninterrupted one; the second, longer than its journey, with the stack's
+removal. The fit check counts node by node.
+
+Which pods train is decided as they join (a pod of the world that re-joins may itself end up
+waiting as the spare), so the journey reads it from their logs (the newest `[DDP] process
+global_rank=…` line of each rank) and from the rendezvous's own state in the store's pod.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from trainer_testing import same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, cluster_state, get, is_store_pod, logged, newest_checkpoint, pods, ranks, resumes, running,
-    spares_waiting, status_view, wait_for, wait_for_checkpoint_after, wait_for_the_job_and_both_ranks_done, world_pods,
+    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, cluster_state, evict, get, is_store_pod, job_condition, kill_container, logged,
+    newest_checkpoint, pods, ranks, resumes, running, spares_waiting, status_view, wait_for, wait_for_checkpoint_after,
+    wait_for_the_job_and_both_ranks_done, world_pods,
 )  # fmt: skip
 from conftest import RACK, RACKS
 from policy_checks import the_network_policies_admit_only_the_world
 from toolchain.cluster.network import node_ip, pod_cidr
+from trainer import contract
 
 pytestmark = pytest.mark.timeout(1500)
 
-# 32 epochs: long enough for two losses, each once a spare waits and a checkpoint was written, with
-# a node's noticed loss (50 s), its restart and the lost pod's replacement between them.
-RUN_ARGS = [*DISRUPTED_RUN[: DISRUPTED_RUN.index("--epochs") + 1], "32", *DISRUPTED_RUN[DISRUPTED_RUN.index("--epochs") + 2 :]]
+# 40 epochs: long enough for three losses, each once a spare waits and a checkpoint was written,
+# with the Job's back-off between them (10 s, doubling with each failed pod). The world trained 3
+# to 9 steps a second meanwhile (its pods' restarts and the reference run beside it), 30 once alone.
+RUN_ARGS = [*DISRUPTED_RUN[: DISRUPTED_RUN.index("--epochs") + 1], "40", *DISRUPTED_RUN[DISRUPTED_RUN.index("--epochs") + 2 :]]
+# A node's crash is noticed 50 to 100 s later, and it restarts; meanwhile a world alone trains 30
+# steps a second and outran 40 epochs. That journey ends once its losses are seen, not with the run.
+NODE_FAULTS_RUN = [*DISRUPTED_RUN[: DISRUPTED_RUN.index("--epochs") + 1], "400", *DISRUPTED_RUN[DISRUPTED_RUN.index("--epochs") + 2 :]]
 # 500m a pod on nodes that advertise a third of the machine's 2 CPUs each: one world pod per node.
-# Claims every node mounts at once (ReadWriteOnce ones would hold the world on one node).
-SPARE = {"nodes": "2", "workload__sparePods": "1", "resources__requests__cpu": "500m", "run__args": RUN_ARGS,
+# Claims every node mounts at once (ReadWriteOnce ones would hold the world on one node). Each loss
+# costs the survivor one restart of its workers.
+SPARE = {"nodes": "2", "workload__sparePods": "1", "resources__requests__cpu": "500m",
          "rendezvous__maxRestarts": "10", "storage__datasets__accessMode": "ReadWriteMany",
          "storage__outputs__accessMode": "ReadWriteMany"}  # fmt: skip
 
@@ -79,25 +93,82 @@ def test_a_pod_larger_than_any_node_is_refused_at_preview_though_the_nodes_toget
         assert f"node {node.name}: 0 (allocatable cpu {len(os.sched_getaffinity(0)) * 1000 // 3}m, " in preview.output, preview.describe()
 
 
-def test_a_training_pods_node_crashed_or_cut_off_costs_a_world_with_a_spare_seconds(
-    nodes_cluster, nodes_dev_image, nodes_stack, reference_result
-):
+def test_a_spare_takes_a_lost_pods_place_within_seconds_whatever_took_it(nodes_cluster, nodes_dev_image, nodes_stack, reference_result):
     cluster = nodes_cluster
     expected = reference_result(RUN_ARGS)
+    the_world_across_nodes(cluster, nodes_stack, RUN_ARGS)
+    losses = Losses(cluster)
+    losses.lose("rank 0's pod: container SIGKILLed", lambda world: world[0], lambda pod: kill_container(cluster, pod))
+    losses.lose("rank 1's pod deleted", lambda world: world[1], lambda pod: cluster.kubectl("delete", "pod", pod, "-n", NAMESPACE, "--wait=false"))
+    # the budget lets a drain take one of the 3 pods while all 3 run
+    losses.lose("rank 0's pod evicted", lambda world: world[0], lambda pod: _evicted(cluster, pod))
+    losses.the_run_ends_as_an_uninterrupted_one(expected)
+
+
+def test_a_training_pods_node_crashed_or_cut_off_costs_a_world_with_a_spare_seconds(nodes_cluster, nodes_dev_image, nodes_stack):
+    cluster = nodes_cluster
+    documents = the_world_across_nodes(cluster, nodes_stack, NODE_FAULTS_RUN)
+    # NetworkPolicy holds across nodes: an outsider on a node without rank 0 reaches none of rank 0's ports.
+    training, node_of = ranks(cluster), nodes_of_the_world(cluster)
+    outsider_node = next(node.name for node in cluster.nodes[1:] if node.name != node_of[training[0]])
+    the_network_policies_admit_only_the_world(cluster, {0: training[0], 1: training[1]}, documents, outsider_node=outsider_node)
+
+    losses = Losses(cluster)
+    try:
+        # The node of a training pod (not node 0, the store's) crashes: its daemons and containers
+        # killed, its network cut. Kubernetes still counts the lost pod Running: the world does not wait for it.
+        lost = losses.lose("the node of a training pod crashed", losses.not_on_node_0, losses.crash_its_node)
+        victim = node_of_pod(cluster, lost)
+        figures = losses.figures["the node of a training pod crashed"]
+        not_ready = wait_for(lambda: condition(nodes_json(cluster)[victim], "Ready") != "True" and datetime.now(timezone.utc), 180,
+                             f"{victim} NotReady", interval=1)  # fmt: skip
+        figures["node NotReady"] = round((not_ready - losses.at[-1][0]).total_seconds(), 1)
+        lost_pod = get(cluster, "pod", lost, NAMESPACE)
+        assert lost_pod["status"]["phase"] == "Running", lost_pod
+        # The status view names the lost node and the world's pod on it.
+        lost_index = lost_pod["metadata"]["annotations"][contract.JOB_COMPLETION_INDEX_ANNOTATION]
+        status = status_view(cluster, nodes_stack.outputs["statusCommand"])
+        assert f"[node] {victim} NotReady since " in status and f"pods {lost_index} ({lost})" in status, status
+        print(f"\n[figures] job with a spare, the node of a training pod crashed: seconds after the crash {figures}")
+        # The node boots again: the kubelet finds the lost pod's container gone, the Job replaces the
+        # pod, and the replacement waits as the next spare (the next loss waits for it).
+        cluster.restart_node(victim)
+        losses.crashed.remove(victim)
+
+        # A training pod's node cut off the nodes' network while everything on it runs on (a partition),
+        # then joined again: the world goes on without that pod, which can come back as a spare at most.
+        cut_pod = losses.lose("the node of a training pod cut off", losses.not_on_node_0, losses.cut_its_node)
+        assert get(cluster, "pod", cut_pod, NAMESPACE)["status"]["phase"] == "Running"
+        cluster.cut_node(losses.cut.pop(), connected=True)
+        wait_for(lambda: spares_waiting(cluster) >= 1, 180, "a spare waiting again once the cut-off node is back", interval=1)
+    finally:  # whatever failed, the nodes are back for the stack's removal: a crashed node's pods never end otherwise
+        for node in losses.crashed:
+            cluster.restart_node(node)
+        for node in losses.cut:
+            cluster.cut_node(node, connected=True)
+    losses.only_the_lost_were_counted_gone()
+
+
+def the_world_across_nodes(cluster, stack, run_args: list[str]) -> list[dict]:
+    """The dev world of 2 pods and a spare brought up by `pulumi up`, one pod per node, the store's
+    pod on node 0; returns once it trains across nodes (Gloo between them) with its spare waiting
+    and a checkpoint written. The store's pod goes on node 0, whose namespace the control plane
+    shares and which no journey crashes: a node lost holds a training pod and not the store (whose
+    loss re-forms the world at a new store, another journey). Nodes 1 and 2 take pods again once
+    the store is placed; the fit check, which counts cordoned nodes out, only warns meanwhile.
+    Returns the objects `pulumi up` applied."""
     control_plane, *others = (node.name for node in cluster.nodes)
-    # The store's pod on node 0, whose namespace the control plane shares and which the test never
-    # crashes: the node lost holds a training pod and not the store (whose loss re-forms the world
-    # at a new store, another journey). Nodes 1 and 2 take pods again once the store is placed; the
-    # fit check, which counts cordoned nodes out, only warns meanwhile.
     for name in others:
         cluster.kubectl("cordon", name)
     try:
-        documents = nodes_stack.up(**SPARE, scheduling__fitCheck="warn")
+        documents = stack.up(**SPARE, run__args=run_args, scheduling__fitCheck="warn")
         wait_for(lambda: [p["spec"].get("nodeName") for p in pods(cluster, NAMESPACE, store=True).values() if is_store_pod(p)] == [control_plane],
                  120, "the store's pod placed on node 0")  # fmt: skip
     finally:
         for name in others:
             cluster.kubectl("uncordon", name)
+    job = get(cluster, "job", "trainer", NAMESPACE)
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (3, 3)
 
     # One pod per node (the stack spreads the world over kubernetes.io/hostname; 500m each fills a node).
     def spread() -> dict[int, str] | None:
@@ -110,66 +181,117 @@ def test_a_training_pods_node_crashed_or_cut_off_costs_a_world_with_a_spare_seco
     except AssertionError as error:
         raise AssertionError(f"{error}\n{cluster_state(cluster)}") from None
     assert sorted(placed.values()) == sorted(node.name for node in cluster.nodes), placed
-
-    # The world trains across nodes (Gloo between them), its spare waits, a checkpoint is written.
     wait_for(lambda: spares_waiting(cluster) >= 1, 180, "the spare waiting in the rendezvous", interval=1)
     wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
-    training = ranks(cluster)
-    node_of = {pod["metadata"]["name"]: pod["spec"]["nodeName"] for pod in world_pods(cluster).values()}
+    training, node_of = ranks(cluster), nodes_of_the_world(cluster)
     assert node_of[training[0]] != node_of[training[1]], node_of
-    # NetworkPolicy holds across nodes: an outsider on a node without rank 0 reaches none of rank 0's ports.
-    names = {0: training[0], 1: training[1]}
-    outsider_node = next(name for name in others if name != node_of[training[0]])
-    the_network_policies_admit_only_the_world(cluster, names, documents, outsider_node=outsider_node)
-
-    # The node of a training pod (not node 0, the store's) crashes: its daemons and containers killed,
-    # its network cut. Kubernetes still counts the lost pod Running: the world does not wait for it.
-    victim, lost, figures = lose_a_training_pods_node(cluster, "crashed", cluster.crash_node)
-    not_ready = wait_for(lambda: condition(nodes_json(cluster)[victim], "Ready") != "True" and datetime.now(timezone.utc), 180,
-                         f"{victim} NotReady", interval=1)  # fmt: skip
-    figures["node NotReady"] = round((not_ready - figures.pop("lost at")).total_seconds(), 1)
-    # The status view names the lost node and the world's pod on it.
-    lost_index = next(index for index, pod in world_pods(cluster).items() if pod["metadata"]["name"] == lost)
-    status = status_view(cluster, nodes_stack.outputs["statusCommand"])
-    assert f"[node] {victim} NotReady since " in status and f"pods {lost_index} ({lost})" in status, status
-    print(f"\n[figures] job with a spare, the node of a training pod crashed: seconds after the crash {figures}")
-
-    # The node boots again: the kubelet finds the lost pod's container gone, the Job replaces the
-    # pod, and the replacement waits as the next spare.
-    cluster.restart_node(victim)
-    wait_for(lambda: spares_waiting(cluster) >= 1, 240, "the lost pod's replacement waiting as a spare", interval=1)
-
-    # A training pod's node cut off the nodes' network while everything on it runs on (a partition),
-    # then joined again: the world goes on without that pod, which can come back as a spare at most.
-    cut, _, figures = lose_a_training_pods_node(cluster, "cut off", cluster.cut_node)
-    figures.pop("lost at")
-    cluster.cut_node(cut, connected=True)
-    print(f"\n[figures] job with a spare, the node of a training pod cut off the network: seconds after the cut {figures}")
-
-    ended, done = wait_for_the_job_and_both_ranks_done(cluster)
-    assert ended == "Complete", cluster_state(cluster)
-    assert [same_result(done[rank]) for rank in ("0", "1")] == [expected.result()] * 2
+    return documents
 
 
-def lose_a_training_pods_node(cluster, what: str, fail) -> tuple[str, str, dict]:
-    """Fails (`fail(node)`) the node of a training pod other than node 0 (the control plane's and the
-    store's), once the world has checkpointed with a spare waiting; returns the node, the pod lost
-    and the seconds to the resume and to the next [TRAIN] line. The world kept its size and resumed
-    from a checkpoint at least as new as the last before the loss."""
-    wait_for(lambda: spares_waiting(cluster) >= 1, 180, "a spare waiting in the rendezvous", interval=1)
-    before = wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
-    node_of = {pod["metadata"]["name"]: pod["spec"]["nodeName"] for pod in world_pods(cluster).values()}
-    lost = next(pod for pod in ranks(cluster).values() if node_of[pod] != cluster.node_name)
-    victim = node_of[lost]
-    seen = set(resumes(cluster))
-    lost_at = datetime.now(timezone.utc)
-    fail(victim)
-    resumed_at, line = wait_for(lambda: next((row for row in resumes(cluster) if row not in seen), None), 120,
-                                f"the world resumed after {victim} {what}", interval=0.5)  # fmt: skip
-    trained_at = wait_for(lambda: next((at for at, _, text in logged(cluster) if at > resumed_at and text.startswith("[TRAIN] ")), None),
-                          120, f"the first [TRAIN] line after {victim} {what}")  # fmt: skip
-    assert get(cluster, "pod", lost, NAMESPACE)["status"]["phase"] == "Running"
-    assert lost not in ranks(cluster).values() and "world of " not in line, line
-    assert int(line.split("ckpt-")[1][:8]) >= before["step"], (line, before)
-    return victim, lost, {"lost at": lost_at, "resumed": round((resumed_at - lost_at).total_seconds(), 1),
-                          "first [TRAIN] line": round((trained_at - lost_at).total_seconds(), 1), "line": line}  # fmt: skip
+class Losses:
+    """The training pods a journey loses, one at a time, each once a spare waits and the world has
+    checkpointed since; what each cost, and the worlds that formed, one per loss."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.figures: dict[str, dict] = {}
+        self.worlds: set[tuple[datetime, str]] = set()  # the resumes seen so far: one per loss, none without one
+        self.at: list[tuple[datetime, str]] = []  # (when, the lost pod's rendezvous address)
+        self.crashed: list[str] = []  # nodes down, and cut off, until the journey brings them back
+        self.cut: list[str] = []
+
+    def crash_its_node(self, pod: str) -> None:
+        self.crashed.append(node_of_pod(self.cluster, pod))
+        self.cluster.crash_node(self.crashed[-1])
+
+    def cut_its_node(self, pod: str) -> None:
+        self.cut.append(node_of_pod(self.cluster, pod))
+        self.cluster.cut_node(self.cut[-1])
+
+    def not_on_node_0(self, world: dict[int, str]) -> str:
+        """A training pod on a node other than node 0 (the control plane's and the store's)."""
+        return next(pod for pod in world.values() if node_of_pod(self.cluster, pod) != self.cluster.node_name)
+
+    def no_world_formed_since(self, what: str) -> None:
+        # A spare, or a replacement that joins as one, leaves the world training: no other world forms.
+        formed = [row for row in resumes(self.cluster) if row not in self.worlds]
+        assert formed == [], f"a world formed again after {what}: {formed}\n" + lines_between(self.cluster, max(self.worlds, default=None), formed[0])
+
+    def the_run_ends_as_an_uninterrupted_one(self, expected) -> None:
+        """The Job completes, and its final world's two ranks end as an undisrupted world does (`expected`)."""
+        ended, done = wait_for_the_job_and_both_ranks_done(self.cluster)
+        assert ended == "Complete", cluster_state(self.cluster)
+        self.only_the_lost_were_counted_gone()
+        assert [same_result(done[rank]) for rank in ("0", "1")] == [expected.result()] * 2
+
+    def only_the_lost_were_counted_gone(self) -> None:
+        """No world formed since the last loss, and only a lost pod was counted as gone, after its
+        loss: a live pod whose heartbeat came late was not."""
+        self.no_world_formed_since("the last loss")
+        gone = [(at, name, text) for at, name, text in logged(self.cluster) if " counted as gone, " in text]
+        assert [row for row in gone if not any(lost_at < row[0] and f": {address} (" in row[2] for lost_at, address in self.at)] == [], gone
+
+    def lose(self, what: str, pick, fail) -> str:
+        """Fails (`fail(pod)`) the training pod `pick(ranks)` names; returns it. The world kept its size,
+        resumed from a checkpoint at least as new as the last before the loss, and trains on."""
+        cluster = self.cluster
+        waited_since = datetime.now(timezone.utc)
+        try:
+            wait_for(lambda: spares_waiting(cluster) >= 1, 240, "a spare waiting in the rendezvous", interval=1)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{cluster_state(cluster)}") from None
+        before = wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])  # the spare has waited a checkpoint long
+        self.worlds.update(resumes(cluster))
+        self.no_world_formed_since(f"the losses before {what}")
+        assert job_condition(cluster) is None, f"the run ended before {what}"
+        lost = pick(ranks(cluster))
+        seen = set(resumes(cluster))  # the lost pod's lines go with it: new ones are told by time and text, not by count
+        lost_at = datetime.now(timezone.utc)
+        self.at.append((lost_at, rendezvous_address(cluster, lost)))
+        fail(lost)
+        try:
+            resumed_at, line = wait_for(lambda: next((row for row in resumes(cluster) if row not in seen), None), 120,
+                                        f"the world resumed after {what}", interval=0.5)  # fmt: skip
+        except AssertionError as error:
+            polled = time.monotonic()
+            resumes(cluster)
+            error = f"{error} (one look at the logs took {time.monotonic() - polled:.1f} s)"
+            raise AssertionError(f"{error}\n{cluster_state(cluster)}\n" + lines_between(cluster, (lost_at - timedelta(seconds=30), ""), (datetime.now(timezone.utc), ""))) from None
+        trained_at = wait_for(lambda: next((at for at, _, text in logged(cluster) if at > resumed_at and text.startswith("[TRAIN] ")), None),
+                              120, f"the first [TRAIN] line after {what}")  # fmt: skip
+        # the same size, from the newest checkpoint there was (a SIGTERM writes one more, where it stopped)
+        assert int(line.split("ckpt-")[1][:8]) >= before["step"], (what, line, before)
+        assert "world of " not in line, line  # a resize says "world of N (was M)"; this world kept its size
+        assert lost not in ranks(cluster).values(), "a world of 2 formed without the lost pod: the spare took its place"
+        self.figures[what] = {"resumed": round((resumed_at - lost_at).total_seconds(), 1),
+                              "first [TRAIN] line": round((trained_at - lost_at).total_seconds(), 1),
+                              "spare and checkpoint awaited before": round((lost_at - waited_since).total_seconds(), 1)}  # fmt: skip
+        print(f"\n[figures] job with a spare, {what}: seconds after the loss {self.figures[what]}; {line}")
+        self.worlds.add((resumed_at, line))
+        return lost
+
+
+def nodes_of_the_world(cluster) -> dict[str, str]:
+    return {pod["metadata"]["name"]: pod["spec"]["nodeName"] for pod in world_pods(cluster).values()}
+
+
+def node_of_pod(cluster, pod: str) -> str:
+    return get(cluster, "pod", pod, NAMESPACE)["spec"]["nodeName"]
+
+
+def rendezvous_address(cluster, pod: str) -> str:
+    """The address a pod's torchrun joins the rendezvous with (--local-addr): its index's DNS name,
+    which its replacement shares."""
+    spec = pods(cluster, NAMESPACE)[pod]["spec"]
+    return f"{spec['hostname']}.{spec['subdomain']}"
+
+
+def lines_between(cluster, world: tuple[datetime, str] | None, formed: tuple[datetime, str]) -> str:
+    """Every pod's log lines from the world before to the one that formed: why it formed."""
+    since = world[0] if world else datetime.min.replace(tzinfo=timezone.utc)
+    return "\n".join(f"{at:%H:%M:%S.%f} {name} {text}" for at, name, text in logged(cluster) if since <= at <= formed[0])
+
+
+def _evicted(cluster, pod: str) -> None:
+    result = evict(cluster, pod)
+    assert result.returncode == 0, result.stderr

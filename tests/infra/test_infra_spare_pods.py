@@ -1,7 +1,7 @@
 """Spare pods (`workload.sparePods`), under mocks: the workload runs the world's pods and its
 spares, replaced one by one, and nothing derived from the size of the world changes. Their
 behaviour: tests/trainer/test_trainer_multinode.py (processes) and
-tests/cluster/test_cluster_spare_pods.py (the local cluster)."""
+tests/cluster/test_cluster_nodes.py (the local cluster of three nodes)."""
 
 from __future__ import annotations
 
