@@ -28,6 +28,9 @@ CONTROLLERS_CLUSTER_FILES = (
 # which changes how every Job is scheduled there.
 WORKLOAD_API_CLUSTER_FILES = ("test_cluster_workload_api.py",)
 # ...and those on the cluster of three nodes (`nodes_cluster`): the world across nodes, a lost pod or node.
+# Handed out after the Workload API's cluster (pause pods only): started beside the test and
+# controllers' clusters, its image import and training slowed the controllers' first journey
+# past its 300 s (a crash-looping pod's eviction, 116 s with the light cluster beside it).
 NODES_CLUSTER_FILES = ("test_cluster_nodes.py",)
 # Each cluster fixture and the work unit whose tests use it.
 CLUSTER_FIXTURES = {"controllers_cluster": "controllers cluster", "workload_api_cluster": "workload-api cluster", "nodes_cluster": "nodes cluster"}
@@ -63,6 +66,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 def suite_rank(item: pytest.Item) -> float:
     suite = Path(item.path).relative_to(TESTS).parts[0]
+    if Path(item.path).name in NODES_CLUSTER_FILES:
+        return SUITE_ORDER.index("cluster") + 0.5  # the last cluster unit handed out
     return SUITE_ORDER.index(suite) if suite in SUITE_ORDER else len(SUITE_ORDER)
 
 

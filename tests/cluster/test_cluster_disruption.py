@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_testing import LONG_RUN, NAMESPACE, evict, get, pod_name, pods, wait_for, wait_for_world
+from cluster_testing import LONG_RUN, NAMESPACE, cluster_state, evict, get, pod_name, pods, wait_for, wait_for_world
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -47,7 +47,10 @@ def test_a_crash_looping_pod_can_be_evicted(controllers_cluster, controllers_dev
                 return True
         return False
 
-    wait_for(evict_a_crash_looping_pod, 300, "a crash-looping pod evicted", interval=1)
+    try:
+        wait_for(evict_a_crash_looping_pod, 300, "a crash-looping pod evicted", interval=1)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{cluster_state(cluster)}") from None
     wait_for(lambda: evicted["name"] not in pods(cluster, NAMESPACE)
              or get(cluster, "pod", evicted["name"], NAMESPACE)["metadata"]["uid"] != evicted["uid"],
              180, "the evicted pod to be gone")  # fmt: skip
