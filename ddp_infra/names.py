@@ -31,6 +31,8 @@ APP_NAME = "ddp-trainer"
 OWNERSHIP_LABELS = {"app.kubernetes.io/part-of": PROJECT, "app.kubernetes.io/managed-by": "pulumi"}
 # What `pulumi up` waits for on an object, in place of the provider's own readiness check.
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
+# What an operator puts on a lost node so that its pods are deleted and replaced (Kubernetes' non-graceful node shutdown).
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
 # Multus's annotation naming a pod's secondary networks (NetworkAttachmentDefinitions).
 SECONDARY_NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 

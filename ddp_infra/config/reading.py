@@ -18,7 +18,9 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ..names import PROJECT
+from trainer import contract
+
+from ..names import OUT_OF_SERVICE_TAINT, PROJECT
 from .problems import NOT_SHOWN, ConfigError, Problem, full_key, shown
 from .stack import StackConfig, cross_key_problems
 
@@ -154,6 +156,7 @@ def load(config: Optional[pulumi.Config] = None) -> StackConfig:
     if problems:
         raise ConfigError(problems)
     _warn_about_single_node_claims(parsed)
+    _warn_about_a_statefulset_on_a_lost_node(parsed)
     return parsed
 
 
@@ -168,6 +171,19 @@ def _warn_about_single_node_claims(config: StackConfig) -> None:
                 f"{full_key(['storage', role, 'accessMode'])} is ReadWriteOnce with nodes={config.nodes}: "
                 "all pods must then share one Kubernetes node; use ReadWriteMany on a multi-node cluster"
             )
+
+
+def _warn_about_a_statefulset_on_a_lost_node(config: StackConfig) -> None:
+    """A StatefulSet starts no second pod of an ordinal while the first is not known to be gone, and
+    a pod on a lost node is never known to be gone while its Node object stays: the world waits for
+    it until an operator steps in. The other kinds replace it (docs/architecture.md#a-lost-node)."""
+    if config.workload.kind != contract.STATEFULSET or config.nodes.maximum == 1:
+        return
+    pulumi.log.warn(
+        f"{full_key(['workload', 'kind'])} is {contract.STATEFULSET} with nodes={config.nodes}: a pod on a lost node is "
+        "never replaced while its Node object stays, and the world waits for it; use job or jobset (with workload.sparePods), "
+        f"or taint such a node {OUT_OF_SERVICE_TAINT} or delete its Node object"
+    )
 
 
 def _stored_keys() -> set[str]:

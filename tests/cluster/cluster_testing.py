@@ -113,6 +113,7 @@ class EngineStack:
                 raise ClaimChangeRefused(result.output)
             raise UpFailed(result)
         print(f"\n[engine] pulumi up --stack {self.stack}: {summary_line(result.output)}")
+        self.up_output = result.output  # its warnings included
         self.outputs = json.loads(self.project.stack_outputs(self.stack).stdout)
         return _kubernetes_objects(evaluate(values))
 

@@ -9,7 +9,8 @@ world: the pod's container SIGKILLed, the pod deleted, evicted. In another: its 
 (daemons and containers killed, network cut) while Kubernetes still reports the pod Running, then
 booted again; then another's node cut off the network while it runs on, and joined again. The
 first run ends as an uninterrupted one; the second, longer than its journey, with the stack's
-removal. The fit check counts node by node.
+removal. A StatefulSet's world waits for its pod on a crashed node until an operator taints the
+node out of service. The fit check counts node by node.
 
 Which pods train is decided as they join (a pod of the world that re-joins may itself end up
 waiting as the spare), so the journey reads it from their logs (the newest `[DDP] process
@@ -32,6 +33,7 @@ from cluster_testing import (
     wait_for_the_job_and_both_ranks_done, world_pods,
 )  # fmt: skip
 from conftest import RACK, RACKS
+from ddp_infra.names import OUT_OF_SERVICE_TAINT
 from policy_checks import the_network_policies_admit_only_the_world
 from toolchain.cluster.network import node_ip, pod_cidr
 from trainer import contract
@@ -96,6 +98,8 @@ def test_a_pod_larger_than_any_node_is_refused_at_preview_though_the_nodes_toget
 def test_a_spare_takes_a_lost_pods_place_within_seconds_whatever_took_it(nodes_cluster, nodes_dev_image, nodes_stack, reference_result):
     cluster = nodes_cluster
     the_world_across_nodes(cluster, nodes_stack, RUN_ARGS)
+    job = get(cluster, "job", "trainer", NAMESPACE)
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (3, 3)
     # Computed once the world has formed, not while its pods start: beside the suite's other
     # workers, its two processes there made a live pod's first heartbeats come 5 to 6 s late.
     expected = reference_result(RUN_ARGS)
@@ -151,39 +155,84 @@ def test_a_training_pods_node_crashed_or_cut_off_costs_a_world_with_a_spare_seco
     losses.only_the_lost_were_counted_gone()
 
 
-def the_world_across_nodes(cluster, stack, run_args: list[str]) -> list[dict]:
-    """The dev world of 2 pods and a spare brought up by `pulumi up`, one pod per node, the store's
-    pod on node 0; returns once it trains across nodes (Gloo between them) with its spare waiting
-    and a checkpoint written. The store's pod goes on node 0, whose namespace the control plane
-    shares and which no journey crashes: a node lost holds a training pod and not the store (whose
-    loss re-forms the world at a new store, another journey). Nodes 1 and 2 take pods again once
-    the store is placed; the fit check, which counts cordoned nodes out, only warns meanwhile.
-    Returns the objects `pulumi up` applied."""
+def test_a_statefulsets_world_waits_for_a_crashed_nodes_pod_until_the_node_is_marked_out_of_service(nodes_cluster, nodes_dev_image, nodes_stack):
+    """A StatefulSet starts no second pod of an ordinal while the first is not known to be gone, and
+    `pulumi preview` warns so: here the world waits for its pod on a crashed node, then resumes
+    once an operator taints the node out of service, as the docs say to."""
+    cluster = nodes_cluster
+    the_world_across_nodes(cluster, nodes_stack, NODE_FAULTS_RUN, workload__kind="statefulset", workload__sparePods="0")
+    assert "ddp-infra:workload.kind is statefulset with nodes=2: a pod on a lost node is never replaced" in nodes_stack.up_output, nodes_stack.up_output
+    losses = Losses(cluster)
+    tainted: list[str] = []
+    try:
+        lost = losses.not_on_node_0(ranks(cluster))
+        seen = set(resumes(cluster))
+        crashed_at = datetime.now(timezone.utc)
+        losses.crash_its_node(lost)
+        victim = losses.crashed[-1]
+        wait_for(lambda: condition(nodes_json(cluster)[victim], "Ready") != "True", 180, f"{victim} NotReady", interval=1)
+        # The world waits: the pod stays bound to the lost node, and no world forms without it.
+        waited = wait_for(lambda: (datetime.now(timezone.utc) - crashed_at).total_seconds() > 30 and datetime.now(timezone.utc), 60, "30 s after the crash")
+        assert [row for row in resumes(cluster) if row not in seen] == [], "a world formed without the lost pod"
+        assert node_of_pod(cluster, lost) == victim
+        status = status_view(cluster, nodes_stack.outputs["statusCommand"])
+        assert f"[node] {victim} NotReady since " in status and f"({lost})" in status, status
+
+        # An operator marks the node out of service: its pods are deleted, the StatefulSet starts the
+        # ordinal again on a node that runs, and the world resumes from its newest checkpoint.
+        cluster.kubectl("taint", "node", victim, OUT_OF_SERVICE_TAINT)
+        tainted.append(victim)
+        tainted_at = datetime.now(timezone.utc)
+        resumed_at, line = wait_for(lambda: next((row for row in resumes(cluster) if row not in seen), None), 240,
+                                    "the world resumed after the node was marked out of service", interval=1)  # fmt: skip
+        trained_at = wait_for(lambda: next((at for at, _, text in logged(cluster) if at > resumed_at and text.startswith("[TRAIN] ")), None),
+                              120, "the first [TRAIN] line after the resume")  # fmt: skip
+        assert node_of_pod(cluster, lost) != victim  # a StatefulSet's pod keeps its name
+        print(f"\n[figures] statefulset, the node of a training pod crashed: seconds to the taint {round((tainted_at - crashed_at).total_seconds(), 1)} "
+              f"(waited for {round((waited - crashed_at).total_seconds(), 1)}); from the taint to the resume {round((resumed_at - tainted_at).total_seconds(), 1)}, "
+              f"to the first [TRAIN] line {round((trained_at - tainted_at).total_seconds(), 1)}; {line}")  # fmt: skip
+    finally:
+        for node in tainted:
+            cluster.kubectl("taint", "node", node, f"{OUT_OF_SERVICE_TAINT.split('=')[0]}-")
+        for node in losses.crashed:
+            cluster.restart_node(node)
+
+
+def the_world_across_nodes(cluster, stack, run_args: list[str], **changes: str) -> list[dict]:
+    """The dev world of 2 pods and a spare (or as `changes` say) brought up by `pulumi up`, one pod
+    per node, the store's pod on node 0; returns once it trains across nodes (Gloo between them)
+    with its spare waiting and a checkpoint written. The store's pod goes on node 0, whose namespace
+    the control plane shares and which no journey crashes: a node lost holds a training pod and not
+    the store (whose loss re-forms the world at a new store, another journey). Nodes 1 and 2 take
+    pods again once the store is placed; the fit check, which counts cordoned nodes out, only warns
+    meanwhile. Returns the objects `pulumi up` applied."""
+    settings = {**SPARE, "run__args": run_args, **changes}
+    spares = int(settings["workload__sparePods"])
+    world = int(settings["nodes"]) + spares
     control_plane, *others = (node.name for node in cluster.nodes)
     for name in others:
         cluster.kubectl("cordon", name)
     try:
-        documents = stack.up(**SPARE, run__args=run_args, scheduling__fitCheck="warn")
+        documents = stack.up(**settings, scheduling__fitCheck="warn")
         wait_for(lambda: [p["spec"].get("nodeName") for p in pods(cluster, NAMESPACE, store=True).values() if is_store_pod(p)] == [control_plane],
                  120, "the store's pod placed on node 0")  # fmt: skip
     finally:
         for name in others:
             cluster.kubectl("uncordon", name)
-    job = get(cluster, "job", "trainer", NAMESPACE)
-    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (3, 3)
 
     # One pod per node (the stack spreads the world over kubernetes.io/hostname; 500m each fills a node).
     def spread() -> dict[int, str] | None:
         found = world_pods(cluster)
         placed = {index: pod["spec"].get("nodeName") for index, pod in found.items() if running(pod)}
-        return placed if len(placed) == 3 else None
+        return placed if len(placed) == world else None
 
     try:
-        placed = wait_for(spread, 240, "the world's 3 pods running", interval=2)
+        placed = wait_for(spread, 240, f"the world's {world} pods running", interval=2)
     except AssertionError as error:
         raise AssertionError(f"{error}\n{cluster_state(cluster)}") from None
-    assert sorted(placed.values()) == sorted(node.name for node in cluster.nodes), placed
-    wait_for(lambda: spares_waiting(cluster) >= 1, 180, "the spare waiting in the rendezvous", interval=1)
+    assert len(set(placed.values())) == world, placed
+    if spares:
+        wait_for(lambda: spares_waiting(cluster) >= spares, 180, "the spare waiting in the rendezvous", interval=1)
     wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
     training, node_of = ranks(cluster), nodes_of_the_world(cluster)
     assert node_of[training[0]] != node_of[training[1]], node_of

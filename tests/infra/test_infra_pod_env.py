@@ -103,3 +103,16 @@ def test_single_node_claims_on_many_nodes_are_warned_about(caplog):
         evaluation = harness.evaluate(values)
     assert evaluation.error is None
     assert "ddp-infra:storage.outputs.accessMode is ReadWriteOnce with nodes=4" in caplog.text
+
+
+@pytest.mark.parametrize("kind, nodes, warned", [("statefulset", "2", True), ("statefulset", "1", False), ("job", "2", False), ("jobset", "2", False)])
+def test_a_statefulset_of_several_pods_is_warned_that_a_lost_node_holds_it_until_an_operator_acts(caplog, kind, nodes, warned):
+    values = harness.with_path(harness.with_path(harness.stack_file_config("dev"), "workload.kind", kind), "nodes", nodes)
+    with caplog.at_level(logging.WARNING):
+        evaluation = harness.evaluate(values)
+    assert evaluation.error is None
+    said = f"ddp-infra:workload.kind is statefulset with nodes={nodes}: a pod on a lost node is never replaced" in caplog.text
+    assert said == warned, caplog.text
+    if warned:
+        assert "taint such a node node.kubernetes.io/out-of-service=nodeshutdown:NoExecute or delete its Node object" in caplog.text
+
