@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import time
 
+from trainer_testing import with_option
+
 from cluster_testing import (
     DISRUPTED_RUN, NAMESPACE, all_logs, claim_path, cluster_state, free_cpu_millis, job_condition, newest_checkpoint, pods,
     jobset_status, place_placeholder, placeholder_phase, remove_placeholder, terminal_state, wait_for, wait_for_checkpoint_after,
@@ -30,8 +32,7 @@ def _option(name: str) -> int:
 
 
 SAMPLES, BATCH, SEED = _option("--samples"), _option("--batch"), _option("--seed")  # the smoke task trains on all SAMPLES
-RUN_ARGS = [*DISRUPTED_RUN[: DISRUPTED_RUN.index("--epochs") + 1], str(EPOCHS), *DISRUPTED_RUN[DISRUPTED_RUN.index("--epochs") + 2 :],
-            "--sample-record", f"{contract.OUT_MOUNT}/{SAMPLES_DIR}"]  # fmt: skip
+RUN_ARGS = [*with_option(DISRUPTED_RUN, "--epochs", str(EPOCHS)), "--sample-record", f"{contract.OUT_MOUNT}/{SAMPLES_DIR}"]
 ELASTIC = {
     "nodes": "2:3", "resources__requests__cpu": f"{POD_CPU_MILLIS}m", "run__args": RUN_ARGS,
     # a world below its maximum forms this long after its minimum joined (torchrun's last call)

@@ -25,7 +25,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from trainer_testing import same_result
+from trainer_testing import same_result, with_option
 
 from cluster_testing import (
     CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, cluster_state, evict, get, is_store_pod, job_condition, kill_container, logged,
@@ -43,10 +43,10 @@ pytestmark = pytest.mark.timeout(1500)
 # 40 epochs: long enough for three losses, each once a spare waits and a checkpoint was written,
 # with the Job's back-off between them (10 s, doubling with each failed pod). The world trained 3
 # to 9 steps a second meanwhile (its pods' restarts and the reference run beside it), 30 once alone.
-RUN_ARGS = [*DISRUPTED_RUN[: DISRUPTED_RUN.index("--epochs") + 1], "40", *DISRUPTED_RUN[DISRUPTED_RUN.index("--epochs") + 2 :]]
+RUN_ARGS = with_option(DISRUPTED_RUN, "--epochs", "40")
 # A node's crash is noticed 50 to 100 s later, and it restarts; meanwhile a world alone trains 30
 # steps a second and outran 40 epochs. That journey ends once its losses are seen, not with the run.
-NODE_FAULTS_RUN = [*DISRUPTED_RUN[: DISRUPTED_RUN.index("--epochs") + 1], "400", *DISRUPTED_RUN[DISRUPTED_RUN.index("--epochs") + 2 :]]
+NODE_FAULTS_RUN = with_option(DISRUPTED_RUN, "--epochs", "400")
 # 500m a pod on nodes that advertise a third of the machine's 2 CPUs each: one world pod per node.
 # Claims every node mounts at once (ReadWriteOnce ones would hold the world on one node). Each loss
 # costs the survivor one restart of its workers.
@@ -126,8 +126,7 @@ def test_a_training_pods_node_crashed_or_cut_off_costs_a_world_with_a_spare_seco
         lost = losses.lose("the node of a training pod crashed", losses.not_on_node_0, losses.crash_its_node)
         victim = node_of_pod(cluster, lost)
         figures = losses.figures["the node of a training pod crashed"]
-        not_ready = wait_for(lambda: condition(nodes_json(cluster)[victim], "Ready") != "True" and datetime.now(timezone.utc), 180,
-                             f"{victim} NotReady", interval=1)  # fmt: skip
+        not_ready = not_ready_at(cluster, victim)
         figures["node NotReady"] = round((not_ready - losses.at[-1][0]).total_seconds(), 1)
         lost_pod = get(cluster, "pod", lost, NAMESPACE)
         assert lost_pod["status"]["phase"] == "Running", lost_pod
@@ -170,9 +169,10 @@ def test_a_statefulsets_world_waits_for_a_crashed_nodes_pod_until_the_node_is_ma
         crashed_at = datetime.now(timezone.utc)
         losses.crash_its_node(lost)
         victim = losses.crashed[-1]
-        wait_for(lambda: condition(nodes_json(cluster)[victim], "Ready") != "True", 180, f"{victim} NotReady", interval=1)
-        # The world waits: the pod stays bound to the lost node, and no world forms without it.
-        waited = wait_for(lambda: (datetime.now(timezone.utc) - crashed_at).total_seconds() > 30 and datetime.now(timezone.utc), 60, "30 s after the crash")
+        not_ready_at(cluster, victim)
+        # The world waits: 30 s after the crash the pod is still bound to the lost node, and no world formed without it.
+        time.sleep(max(0.0, 30 - (datetime.now(timezone.utc) - crashed_at).total_seconds()))
+        waited = datetime.now(timezone.utc)
         assert [row for row in resumes(cluster) if row not in seen] == [], "a world formed without the lost pod"
         assert node_of_pod(cluster, lost) == victim
         status = status_view(cluster, nodes_stack.outputs["statusCommand"])
@@ -320,6 +320,12 @@ class Losses:
         print(f"\n[figures] job with a spare, {what}: seconds after the loss {self.figures[what]}; {line}")
         self.worlds.add((resumed_at, line))
         return lost
+
+
+def not_ready_at(cluster, node: str) -> datetime:
+    """When the test first saw `node` not Ready (the node controller's verdict on a lost node)."""
+    return wait_for(lambda: condition(nodes_json(cluster)[node], "Ready") != "True" and datetime.now(timezone.utc), 180,
+                    f"{node} NotReady", interval=1)  # fmt: skip
 
 
 def nodes_of_the_world(cluster) -> dict[str, str]:

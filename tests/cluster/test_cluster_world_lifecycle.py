@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from trainer_testing import same_result
+from trainer_testing import same_result, with_option
 
 from cluster_testing import (
     CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, evict, final_done_lines, get,
@@ -33,7 +33,7 @@ SMALL_PODS = {"resources__requests__cpu": "500m"}
 # The disrupted run made long enough that the world still trains when a test's next `up` or
 # `destroy` reaches it, however fast the machine: a run that has ended stops at no SIGTERM
 # checkpoint (its 3 epochs once ended during the engine's run of a kind switch, on an idle machine).
-TRAINING_RUN = [*RUN_ARGS[: RUN_ARGS.index("--epochs") + 1], "50", *RUN_ARGS[RUN_ARGS.index("--epochs") + 2 :]]
+TRAINING_RUN = with_option(RUN_ARGS, "--epochs", "50")
 
 
 def checkpoints(cluster) -> Path:

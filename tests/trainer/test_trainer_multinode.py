@@ -22,7 +22,7 @@ from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRen
 from waiting import wait_for
 from trainer_testing import (
     LONG_ARGS, SMOKE_ARGS, clean_env, descendants, done_lines, entrypoint_command, epoch_records, free_port, kill_tree, pod_env,
-    resumed_lines, same_result, start_store, store_at, train_lines, worker_pids,
+    resumed_lines, same_result, start_store, store_at, train_lines, with_option, worker_pids,
 )
 
 from trainer import contract as c
@@ -36,7 +36,7 @@ def start_pod(spawn, pod_name: str, port: int, out_dir, args=SMOKE_ARGS, **env):
 
 RESTARTS = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
 # LONG_ARGS made long enough for a replacement to start and join as a spare before the run ends.
-SPARE_RUN = [*LONG_ARGS[: LONG_ARGS.index("--epochs") + 1], "6", *LONG_ARGS[LONG_ARGS.index("--epochs") + 2 :]]
+SPARE_RUN = with_option(LONG_ARGS, "--epochs", "6")
 
 
 def two_pods_past_step_16(spawn, tmp_path, port: int, args=LONG_ARGS, **env):

@@ -190,6 +190,12 @@ def same_result(line: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in line.items() if k not in ("rank", "seconds", "run")}
 
 
+def with_option(args: list[str], option: str, value: str) -> list[str]:
+    """`args` with `option`'s value replaced (e.g. a run made longer: "--epochs", "40")."""
+    at = args.index(option) + 1
+    return [*args[:at], value, *args[at + 1 :]]
+
+
 def uninterrupted_result(args: list[str], out: Path, threads: int = 1) -> dict[str, str]:
     """The [DONE] result of an uninterrupted world of 2 processes (one pod, two workers) on this machine,
     each computing on `threads` threads (their number changes float sums on some CPUs)."""
