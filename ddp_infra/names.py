@@ -14,6 +14,7 @@ PROJECT = "ddp-infra"  # the Pulumi project, and the namespace of its config key
 # --- the trainer pod ----------------------------------------------------------------------------
 CONTAINER_NAME = "trainer"
 RENDEZVOUS_PORT_NAME = "rdzv"
+LIVENESS_PORT_NAME = "liveness"
 # The claims' volumes by role, and where each is mounted in the trainer container.
 CLAIM_MOUNTS = {"datasets": contract.DATA_MOUNT, "outputs": contract.OUT_MOUNT, "models": contract.MODELS_MOUNT}
 SHM_VOLUME, TMP_VOLUME = "dshm", "tmp"

@@ -23,7 +23,7 @@ from trainer import contract
 from . import gang
 from .config import StackConfig, parse_quantity
 from .names import (
-    CLAIM_MOUNTS, CONTAINER_NAME, GPU_RESOURCE, HF_TOKEN_SECRET_KEY, PROGRAM_ENV, RENDEZVOUS_PORT_NAME,
+    CLAIM_MOUNTS, CONTAINER_NAME, GPU_RESOURCE, HF_TOKEN_SECRET_KEY, LIVENESS_PORT_NAME, PROGRAM_ENV, RENDEZVOUS_PORT_NAME,
     SECONDARY_NETWORKS_ANNOTATION, SHM_VOLUME, TMP_VOLUME,
 )  # fmt: skip
 from .strategic_merge import strategic_merge
@@ -112,6 +112,8 @@ def pod_env(world: World) -> list[dict[str, Any]]:
         contract.HANG_TIMEOUT_FLOOR.name: {"value": str(config.workload.hang_timeout.floor_seconds)},
         contract.HANG_TIMEOUT_CEILING.name: {"value": str(config.workload.hang_timeout.ceiling_seconds)},
     }
+    if config.workload.liveness.seconds:
+        sources[contract.LIVENESS_PORT.name] = {"value": str(config.workload.liveness.port)}
     if world.spare_pods:
         sources[contract.SPARE_PODS.name] = {"value": str(world.spare_pods)}
     if rdzv.keep_alive_max_attempts != contract.KEEP_ALIVE_MAX_ATTEMPTS:  # unset, the pods of earlier stacks stay as they were
@@ -190,18 +192,41 @@ def _volumes(config: StackConfig) -> list[dict[str, Any]]:
 
 def container(world: World) -> dict[str, Any]:
     config = world.config
+    probed = liveness(config)
     return {
         "name": CONTAINER_NAME,
         "image": config.image.name,
         "imagePullPolicy": config.image.pull_policy,
         "command": list(contract.ENTRYPOINT_COMMAND),
         "args": list(config.run.args),
-        "ports": [{"name": RENDEZVOUS_PORT_NAME, "containerPort": world.rendezvous_port, "protocol": "TCP"}],
+        "ports": [{"name": RENDEZVOUS_PORT_NAME, "containerPort": world.rendezvous_port, "protocol": "TCP"},
+                  *probed["ports"]],  # fmt: skip
         "env": pod_env(world),
         "resources": _resources(config),
         "volumeMounts": _volume_mounts(config),
         "securityContext": container_security_context(config),
+        **probed["probe"],
     }
+
+
+def liveness(config: StackConfig) -> dict[str, Any]:
+    """The trainer container's liveness probe, which its entrypoint answers (trainer/pod/liveness.py):
+    its port and probe, none with workload.liveness.seconds 0."""
+    wanted = config.workload.liveness
+    if not wanted.seconds:
+        return {"ports": [], "probe": {}}
+    period = 5 if wanted.seconds >= 10 else max(1, wanted.seconds // 2)
+    return {
+        "ports": [{"name": LIVENESS_PORT_NAME, "containerPort": wanted.port, "protocol": "TCP"}],
+        "probe": {"livenessProbe": {
+            "httpGet": {"path": contract.LIVENESS_PATH, "port": LIVENESS_PORT_NAME},
+            "periodSeconds": period,
+            "timeoutSeconds": period,
+            "failureThreshold": -(-wanted.seconds // period),
+            # A pod that answers nothing cannot checkpoint either: its grace would only hold its replacement back.
+            "terminationGracePeriodSeconds": 1,
+        }},
+    }  # fmt: skip
 
 
 def container_security_context(config: StackConfig) -> dict[str, Any]:

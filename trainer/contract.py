@@ -180,6 +180,14 @@ HANG_TIMEOUT_CEILING = EnvVar(
     required=False,
 )
 
+# --- the pod's liveness (trainer/pod/liveness.py) --------------------------------------------
+LIVENESS_PORT = EnvVar(
+    "LIVENESS_PORT",
+    "port on which the entrypoint answers the kubelet's liveness probe (GET /healthz): a pod whose every process "
+    "is frozen answers nothing, and the kubelet kills it; unset: nothing answers (no probe)",
+    required=False,
+)
+
 # --- what the stack sets unless the user's own env (the stack's `env` map) does ------------------
 # The threads each training process computes on (torch's intra-op threads): the pod's CPU, its
 # limit or else its request, shared among its NPROC_PER_NODE processes, at least 1. The training
@@ -269,6 +277,8 @@ DEFAULT_TRAIN_ARGS: tuple[str, ...] = (
     "--epochs", "2", "--batch", "256", "--samples", "4096", "--features", "128", "--classes", "4",
     "--lr", "3e-3", "--seed", "42",
 )  # fmt: skip
+# The entrypoint's answer to the kubelet's liveness probe, on LIVENESS_PORT (ddp_infra/pod.py probes it).
+LIVENESS_PATH = "/healthz"
 # Exit statuses of the entrypoint before it execs torchrun (after that, torchrun's own).
 EXIT_BAD_ENV = 2  # the pod env does not describe a world; the message lists every problem
 EXIT_PREFLIGHT_FAILED = 3  # the master never became reachable, or the pod lacks its GPUs

@@ -38,6 +38,7 @@ from typing import Mapping, Sequence
 from trainer import console
 from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED, EXIT_TERMINATED
 from trainer.pod.launch import GO, SPARE_UNUSED, ArgsError, held_back, torchrun_argv, torchrun_env
+from trainer.pod.liveness import answer_liveness_probes
 from trainer.pod.preflight import preflight
 from trainer.pod.env import PodWorld, WorldError, resolve_world
 
@@ -118,6 +119,8 @@ def _start(user_args: Sequence[str], supervisor: _Supervisor) -> int:
     except (WorldError, ArgsError) as exc:
         console.line(f"[DDP] cannot start: {exc}", stream=sys.stderr)
         return EXIT_BAD_ENV
+    if world.liveness_port:  # from now on: the preflight's wait for the store can be long
+        answer_liveness_probes(world.liveness_port)
     console.line(world.summary())
     for rule in (world.elastic_rule(), world.spare_rule()):
         if rule:

@@ -202,6 +202,13 @@ def cross_key_problems(valid: dict[str, Any]) -> list[Problem]:
         problems += _kubernetes_gang_problems(valid)
     if have("nodes") and valid["nodes"].elastic:
         problems += _elastic_world_problems(valid)
+    if have("workload", "rendezvous") and valid["workload"].liveness.seconds:
+        port = valid["workload"].liveness.port
+        if port == valid["rendezvous"].port:
+            problems.append(Problem(
+                full_key(["workload", "liveness", "port"]), repr(port),
+                f"a port other than rendezvous.port ({port}): the entrypoint answers the kubelet's probe on its own port",
+            ))
     if have("workload") and valid["workload"].spare_pods:
         problems += _spare_pods_problems(valid)
     if have("network", "annotations") and valid["network"].secondary_networks:

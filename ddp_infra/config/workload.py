@@ -43,6 +43,18 @@ class HangTimeoutConfig(Model):
         return self
 
 
+class LivenessConfig(Model):
+    seconds: int = Field(
+        20, ge=0, le=3600,
+        description="A pod whose entrypoint answers no liveness probe for this long (its every process frozen: stuck in "
+        "the kernel, a hung driver call) is killed and replaced (a StatefulSet's restarts in place), where Kubernetes "
+        "would call it Running and the world would wait for it. Probed every 5 s (every seconds/2 below 10). 0: no probe.",
+    )
+    port: int = Field(
+        29501, ge=1024, le=65535, description="LIVENESS_PORT: where the entrypoint answers the probe (GET /healthz); not rendezvous.port."
+    )
+
+
 class WorkloadConfig(Model):
     kind: Literal[contract.WORKLOAD_KINDS] = Field(  # type: ignore[valid-type]
         contract.INDEXED_JOB,
@@ -72,6 +84,9 @@ class WorkloadConfig(Model):
     )
     ttl_seconds_after_finished: int = Field(
         86400, ge=0, le=30 * 86400, description="job, jobset: seconds a finished Job or JobSet and its pods are kept."
+    )
+    liveness: LivenessConfig = Field(
+        LivenessConfig(), description="The kubelet's liveness probe of each training pod: a frozen pod is killed, not waited for."
     )
     hang_timeout: HangTimeoutConfig = Field(
         HangTimeoutConfig(),

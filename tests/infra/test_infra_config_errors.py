@@ -104,6 +104,8 @@ MALFORMED = [
     ("hang-ceiling-negative", {"workload.hangTimeout.ceilingSeconds": "-1"}, "ddp-infra:workload.hangTimeout.ceilingSeconds", "'-1'"),
     ("hang-ceiling-not-an-integer", {"workload.hangTimeout.ceilingSeconds": "2m"},
      "ddp-infra:workload.hangTimeout.ceilingSeconds", "'2m'"),
+    ("liveness-on-the-rendezvous-port", {"workload.liveness.port": "29500"}, "ddp-infra:workload.liveness.port", "29500"),
+    ("liveness-negative", {"workload.liveness.seconds": "-1"}, "ddp-infra:workload.liveness.seconds", "'-1'"),
     ("toleration-exists-value", {"scheduling.tolerations": [{"operator": "Exists", "value": "x"}]},
      "ddp-infra:scheduling.tolerations[0].value", "'x'"),
     ("affinity-typo", {"scheduling.affinity": {"nodeAfinity": {}}}, "ddp-infra:scheduling.affinity", "nodeAfinity"),

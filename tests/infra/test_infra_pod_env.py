@@ -75,6 +75,33 @@ def test_the_users_own_thread_count_wins_and_a_pod_without_cpu_keeps_torchs_defa
     assert "OMP_NUM_THREADS" not in env_for(resources={"requests": {"memory": "1Gi"}, "limits": {}})
 
 
+def trainer_container(**changes) -> dict:
+    parsed = stack_config.parse(harness.stack_config_with("prod", **changes))
+    return pod.container(World.from_config(parsed, harness.PROJECT, "prod"))
+
+
+@pytest.mark.parametrize("seconds, period, failures", [(20, 5, 4), (37, 5, 8), (9, 4, 3), (1, 1, 1)])
+@pulumi.runtime.test
+def test_a_pod_that_answers_no_liveness_probe_for_the_stacks_seconds_is_killed_at_once(seconds, period, failures):
+    trainer = trainer_container(workload__liveness__seconds=seconds, workload__liveness__port=31338)
+    probe = trainer["livenessProbe"]
+    assert probe["httpGet"] == {"path": contract.LIVENESS_PATH, "port": "liveness"}
+    assert {"name": "liveness", "containerPort": 31338, "protocol": "TCP"} in trainer["ports"]
+    assert (probe["periodSeconds"], probe["failureThreshold"]) == (period, failures)
+    assert seconds <= period * failures < seconds + period and probe["timeoutSeconds"] <= period
+    assert probe["terminationGracePeriodSeconds"] == 1  # not the pod's 120 s for a checkpoint it cannot write
+    env = {var["name"]: var for var in trainer["env"]}
+    assert env["LIVENESS_PORT"]["value"] == "31338"
+
+
+@pulumi.runtime.test
+def test_without_liveness_seconds_the_pod_has_no_probe_no_port_and_no_liveness_env():
+    trainer = trainer_container(workload__liveness__seconds=0)
+    assert "livenessProbe" not in trainer
+    assert [port["name"] for port in trainer["ports"]] == ["rdzv"]
+    assert "LIVENESS_PORT" not in {var["name"] for var in trainer["env"]}
+
+
 @pulumi.runtime.test
 def test_shm_size_models_dir_and_extra_env():
     env = env_for(shmSize="3Gi", env={"EXTRA_FLAG": "$(NODE_RANK)-x"})

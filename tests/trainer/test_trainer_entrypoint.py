@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import urllib.error
+import urllib.request
 
 import pytest
 from trainer_testing import PYTHON, REPO, SMOKE_ARGS, clean_env, descendants, free_port, kill_tree, pod_env
@@ -94,6 +96,42 @@ def test_sigterm_while_waiting_for_the_master_ends_the_pod_at_once():
         proc.wait()
     assert proc.returncode == c.EXIT_TERMINATED
     assert "SIGTERM while no torchrun ran" in proc.stderr.read()
+
+
+def _answer(port: int, path: str = c.LIVENESS_PATH) -> tuple[int, str] | None:
+    """The kubelet's httpGet probe as it sees it: (status, body), or None where nothing answered in 2 s."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
+    except (TimeoutError, urllib.error.URLError):
+        return None
+
+
+def test_the_entrypoint_answers_the_liveness_probe_while_it_runs_and_not_while_it_is_frozen():
+    """From its start, the preflight's long wait included; a frozen pod (every process stopped) answers
+    nothing, which is how the kubelet tells it from a pod that waits."""
+    port = free_port()
+    env = pod_env("ddp-1", free_port(), **{c.MASTER_WAIT_TIMEOUT.name: "3600", c.LIVENESS_PORT.name: str(port)})
+    proc = _started(env, SMOKE_ARGS)
+    try:
+        _wait_for_line(proc.stdout, "[DDP] pod_index=1")
+        assert _answer(port) == (200, "alive\n")
+        assert _answer(port, "/metrics")[0] == 404
+        os.killpg(proc.pid, signal.SIGSTOP)
+        assert _answer(port) is None  # the kernel took the connection; no process answers on it
+        os.killpg(proc.pid, signal.SIGCONT)
+        assert _answer(port) == (200, "alive\n")
+    finally:
+        kill_tree(proc.pid)
+        proc.wait()
+
+
+def test_a_liveness_port_that_is_no_port_is_refused_before_anything_starts():
+    result = run_entrypoint(pod_env("ddp-1", free_port(), **{c.LIVENESS_PORT.name: "70000"}))
+    assert result.returncode == c.EXIT_BAD_ENV
+    assert "LIVENESS_PORT" in result.stderr and "70000" in result.stderr, result.stderr
 
 
 # A worker that, on SIGTERM, needs `seconds` to write its checkpoint (a marker file).

@@ -82,6 +82,7 @@ class PodWorld:
     run_name: str | None  # the run directory the trainer will use (RUN_NAME), for the log and cross-checks
     min_nodes: int | None = None  # an elastic world's MIN; None: a world of exactly nnodes
     spare_pods: int = 0  # pods beyond nnodes that wait to take a lost pod's place (SPARE_PODS)
+    liveness_port: int | None = None  # where the entrypoint answers the kubelet's liveness probe (LIVENESS_PORT)
 
     @property
     def nnodes_text(self) -> str:
@@ -177,8 +178,8 @@ class _Reader:
             return default
         return number
 
-    def port(self, name: str) -> int | None:
-        value = self.integer(name, minimum=1)
+    def port(self, name: str, required: bool = True) -> int | None:
+        value = self.integer(name, minimum=1, required=required)
         if value is not None and value > 65535:
             self.problem(name, str(value), "a TCP port, 1..65535")
             return None
@@ -272,6 +273,7 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
     max_restarts = r.integer(c.MAX_RESTARTS.name, 0)
     wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, DEFAULT_MASTER_WAIT_TIMEOUT)
     shutdown = r.integer(c.SHUTDOWN_TIMEOUT.name, 0, required=False, default=DEFAULT_SHUTDOWN_TIMEOUT)
+    liveness_port = r.port(c.LIVENESS_PORT.name, required=False)
     # read by the training processes (trainer/hang_watch.py): checked here, before torchrun starts them
     r.integer(c.HANG_TIMEOUT_FLOOR.name, 1, required=False)
     r.integer(c.HANG_TIMEOUT_CEILING.name, 0, required=False)
@@ -285,7 +287,7 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
         master_addr=master_addr, master_port=master_port, rdzv_backend=backend, rdzv_id=rdzv_id,
         rdzv_endpoint=endpoint, timeouts=timeouts, max_restarts=max_restarts, master_wait_timeout=wait,
         shutdown_timeout=shutdown, rank_source=rank_source, scheme="contract", run_name=env.get(c.RUN_NAME.name),
-        min_nodes=min_nodes, spare_pods=spares,
+        min_nodes=min_nodes, spare_pods=spares, liveness_port=liveness_port,
     )  # fmt: skip
 
 
