@@ -68,3 +68,49 @@ def test_both_participants_dropped_are_named_with_the_round_they_were_dropped_fr
     assert sorted(line.split(" counted as gone")[0] for line in said) == [
         "[DDP] rendezvous round 4: trainer-0.dev (pid 7)", "[DDP] rendezvous round 4: trainer-1.dev (pid 7)",
     ]  # fmt: skip
+
+
+# Two agents' rendezvous handlers form a world of 2 through torch's own next_rendezvous; then one
+# stops its heartbeats, as a lost pod's agent does. What the other counts as nodes waiting (what
+# torchrun's agent restarts its workers for), once the lost one's heartbeats have lapsed.
+WORLD_LOSES_A_MEMBER = """
+import json, os, sys, threading, time
+from datetime import timedelta
+from torch.distributed import TCPStore
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous as r
+from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+if sys.argv[1] == "changed":
+    from trainer.pod.heartbeats import re_form_without_a_gone_member
+    re_form_without_a_gone_member(); re_form_without_a_gone_member()  # twice: the second changes nothing
+store = TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=10))
+params = RendezvousParameters("c10d", "127.0.0.1", "members", min_nodes=2, max_nodes=2, keep_alive_interval=1,
+                              keep_alive_max_attempt=3, local_addr="127.0.0.1")  # not the machine's name: no lookup
+# each agent with a connection of its own to the store, as each pod has: one connection waiting blocks the other
+clients = [TCPStore("127.0.0.1", store.port, is_master=False, timeout=timedelta(seconds=10)) for _ in range(2)]
+survivor, lost = (r.create_handler(client, C10dRendezvousBackend(client, "members"), params) for client in clients)
+threads = [threading.Thread(target=handler.next_rendezvous) for handler in (survivor, lost)]
+[thread.start() for thread in threads]
+[thread.join(60) for thread in threads]
+before = survivor.num_nodes_waiting()
+lost._stop_heartbeats()
+time.sleep(5)  # three missed heartbeats, 1 s apart, and a margin
+survivor._keep_alive()  # its own heartbeat fresh, whatever held its heartbeat thread back on a busy machine
+print(json.dumps({"before": before, "after": survivor.num_nodes_waiting(), "members": len(survivor._state_holder.state.participants)}), flush=True)
+os._exit(0)  # the survivor's heartbeat thread would keep the process waiting on the store
+"""
+
+
+def a_world_loses_a_member(torch_as: str) -> dict:
+    result = subprocess.run([sys.executable, "-c", WORLD_LOSES_A_MEMBER, torch_as], env=clean_env(), cwd=REPO,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_an_agent_whose_world_lost_a_member_counts_a_node_waiting_and_so_re_forms_the_world():
+    """torch alone drops the lost member and counts nothing waiting: its survivors' workers wait on in
+    a collective with the lost one. Changed, the survivor counts one, and torchrun restarts its workers.
+    (An elastic world's, on three nodes: tests/cluster/test_cluster_nodes.py.)"""
+    assert a_world_loses_a_member("torch") == {"before": 0, "after": 0, "members": 1}
+    assert a_world_loses_a_member("changed") == {"before": 0, "after": 1, "members": 1}

@@ -37,7 +37,7 @@ def main(args: Sequence[str]) -> None:
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    from trainer.pod.heartbeats import say_when_a_heartbeat_lapses
+    from trainer.pod.heartbeats import re_form_without_a_gone_member, say_when_a_heartbeat_lapses
     from trainer.pod.spares import keep_spares_aside
 
     if held and sys.stdin.readline().strip() != GO:
@@ -45,6 +45,7 @@ def main(args: Sequence[str]) -> None:
     args = open_rendezvous(args)
     keep_spares_aside()
     say_when_a_heartbeat_lapses()
+    re_form_without_a_gone_member()
     try:
         torchrun(args)
     except SignalException:

@@ -1,11 +1,18 @@
-"""A line in the pod's log when its torchrun counts another pod of the world as gone for a lapsed
-rendezvous heartbeat.
+"""What torchrun does with a pod of the world whose rendezvous heartbeats lapsed: a line in the
+pod's log, and a world that re-forms at once.
 
 torchrun drops a node whose last heartbeat is older than keep_alive_interval x keep_alive_max_attempt
 from its copy of the rendezvous state, in whichever agent reads the state (participants, spares and
-pods just joining alike), and says so only at DEBUG. Once that copy is written, the world re-forms
-without the node. A pod that was lost is meant to go so; a live pod whose heartbeat came late (a
-busy node, a slow store) re-forms the world for nothing, and this line tells the two apart.
+pods just joining alike), and says so only at DEBUG. A pod that was lost is meant to go so; a live
+pod whose heartbeat came late (a busy node, a slow store) goes for nothing, and the line tells the
+two apart.
+
+Dropping a member of the world does not end the world: torchrun's agents restart their workers
+only for a node waiting to join, or for a worker that failed. The survivors' workers then wait in a
+collective for the lost one until something ends them: a spare joining, the hang watch (30 s at
+least), or the process group's timeout. So an agent whose world has lost a member counts a node
+waiting, and restarts its workers at once: the world re-forms without the lost pod (an elastic
+world smaller, a world with a spare with it, another waits for the lost pod's replacement).
 """
 
 from __future__ import annotations
@@ -39,3 +46,28 @@ def say_when_a_heartbeat_lapses() -> None:
 
     sanitize_and_say.says_when_a_heartbeat_lapses = True  # type: ignore[attr-defined]
     holder._sanitize = sanitize_and_say  # type: ignore[method-assign]
+
+
+def re_form_without_a_gone_member() -> None:
+    """Installs the restart into this process's torchrun; installing it again changes nothing."""
+    handler = rendezvous.DynamicRendezvousHandler
+    next_rendezvous, num_nodes_waiting = handler.next_rendezvous, handler.num_nodes_waiting
+    if getattr(num_nodes_waiting, "re_forms_without_a_gone_member", False):
+        return
+
+    def next_rendezvous_noting_the_world(self):
+        formed = next_rendezvous(self)
+        state = self._state_holder.state
+        self._world_formed = (state.round, frozenset(state.participants))
+        return formed
+
+    def waiting_or_a_member_gone(self) -> int:
+        waiting = num_nodes_waiting(self)  # synced with the store: members whose heartbeats lapsed dropped
+        round_, members = getattr(self, "_world_formed", (None, frozenset()))
+        state = self._state_holder.state
+        gone = state.round == round_ and not members.issubset(state.participants)
+        return max(waiting, 1) if gone else waiting
+
+    waiting_or_a_member_gone.re_forms_without_a_gone_member = True  # type: ignore[attr-defined]
+    handler.next_rendezvous = next_rendezvous_noting_the_world  # type: ignore[method-assign]
+    handler.num_nodes_waiting = waiting_or_a_member_gone  # type: ignore[method-assign]
