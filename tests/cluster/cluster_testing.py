@@ -425,6 +425,16 @@ def freeze_training(cluster: LocalCluster, pod: str) -> list[int]:
     return frozen
 
 
+def freeze_container(cluster: LocalCluster, pod: str) -> list[int]:
+    """SIGSTOP to every process of the pod's container at once, from the node: the entrypoint,
+    torchrun and the workers, as a container stuck whole is, while the kubelet and the node run on.
+    Returns their pids (SIGCONT undoes it)."""
+    frozen = list(container_processes(cluster, pod))
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    return frozen
+
+
 def kill_container(cluster: LocalCluster, pod: str) -> None:
     """SIGKILL to the container's PID 1 from the node, as the kernel's OOM killer or a crashed runtime
     would: with the trainer image, the entrypoint, and with it torchrun, the store (in pod 0) and the workers."""

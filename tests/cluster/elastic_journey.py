@@ -1,10 +1,11 @@
-"""The elastic journey (`nodes: 2:3`) of test_cluster_elastic*.py, through the real `pulumi up`: it starts
+"""The elastic journey (`nodes: 2:3`) of test_cluster_elastic_jobset.py, through the real `pulumi up`: it starts
 with room for its minimum only, grows when capacity appears, shrinks and goes on when a pod is lost
 and nothing can replace it, grows again, and ends with every sample of each epoch trained exactly
 once, as the samples the ranks fed their model show (trainer/sample_record.py).
 
 Capacity is the node's CPU: the world's pods ask for 500m each, and a placeholder pod takes what
-the test wants kept from them.
+the test wants kept from them. The elastic Job's journey, on three nodes (test_cluster_nodes.py),
+shares the world's settings and the check of the samples it trained.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from trainer_testing import with_option
 
 from cluster_testing import (
-    DISRUPTED_RUN, NAMESPACE, all_logs, claim_path, cluster_state, free_cpu_millis, job_condition, newest_checkpoint, pods,
+    DISRUPTED_RUN, NAMESPACE, all_logs, claim_path, cluster_state, free_cpu_millis, newest_checkpoint, pods,
     jobset_status, place_placeholder, placeholder_phase, remove_placeholder, terminal_state, wait_for, wait_for_checkpoint_after,
     world_pods,
 )  # fmt: skip
@@ -72,26 +73,22 @@ def running_world_pods(cluster) -> list[str]:
                   and pod["status"].get("phase") == "Running" and "deletionTimestamp" not in pod["metadata"])  # fmt: skip
 
 
-def ended(cluster, kind: str) -> str | None:
-    """Complete (a Job) or Completed (a JobSet), Failed, or None while it runs."""
-    return job_condition(cluster) if kind == contract.INDEXED_JOB else terminal_state(cluster)
-
-
-def journey(cluster, stack, kind: str) -> None:
+def journey(cluster, stack) -> None:
+    """The journey of an elastic JobSet (an elastic Job's is on three nodes: test_cluster_nodes.py)."""
     remove_placeholder(cluster)
     try:
-        _grow_shrink_grow(cluster, stack, kind)
+        _grow_shrink_grow(cluster, stack)
     finally:
         remove_placeholder(cluster)
 
 
-def _grow_shrink_grow(cluster, dev_stack, kind: str) -> None:
+def _grow_shrink_grow(cluster, dev_stack) -> None:
     figures: dict[str, float] = {}
     seen: set[str] = set()
     # Room for the minimum only: two pods' CPU, less a little, is left to the world.
     place_placeholder(cluster, free_cpu_millis(cluster) - 2 * POD_CPU_MILLIS - POD_CPU_MILLIS // 2)
     wait_for(lambda: placeholder_phase(cluster) == "Running", 120, "the placeholder running")
-    dev_stack.up(**ELASTIC, workload__kind=kind)
+    dev_stack.up(**ELASTIC, workload__kind=contract.JOBSET)
     assert dev_stack.outputs["nodes"] == "2:3"
     wait_for(lambda: len(running_world_pods(cluster)) == 2 and newest_checkpoint(cluster)["step"] >= 0 and 1, 300,
              "a world of the minimum training")  # fmt: skip
@@ -116,14 +113,19 @@ def _grow_shrink_grow(cluster, dev_stack, kind: str) -> None:
     wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
     remove_placeholder(cluster)
     line, figures["capacity appeared again -> a world of 3 resumed"] = wait_for_world_of(cluster, 3, 2, seen)
-    print(f"\n[figures] elastic {kind} of 2:3, seconds: { {what: round(seconds, 1) for what, seconds in figures.items()} }")
+    print(f"\n[figures] elastic jobset of 2:3, seconds: { {what: round(seconds, 1) for what, seconds in figures.items()} }")
 
     # The run ends: the first pod that succeeds completes the Job (and its JobSet).
-    assert wait_for(lambda: ended(cluster, kind), 900, f"the {kind} to end", interval=3) in ("Complete", "Completed")
-    if kind == contract.JOBSET:
-        assert jobset_status(cluster).get("restarts", 0) == 0  # its Job replaced the lost pod; the world went on
+    assert wait_for(lambda: terminal_state(cluster), 900, "the JobSet to end", interval=3) == "Completed"
+    assert jobset_status(cluster).get("restarts", 0) == 0  # its Job replaced the lost pod; the world went on
+    every_sample_of_each_epoch_trained_once(cluster, EPOCHS)
+
+
+def every_sample_of_each_epoch_trained_once(cluster, epochs: int) -> None:
+    """What the ranks of the ended run fed their model (its sample record), epoch by epoch: each
+    sample once, every one but less than the last world's step of it."""
     record = trained_samples(claim_path(cluster, NAMESPACE, "outputs-pvc") / SAMPLES_DIR)
-    assert sorted(record) == list(range(EPOCHS)), sorted(record)
+    assert sorted(record) == list(range(epochs)), sorted(record)
     for epoch, ids in record.items():
         assert len(ids) == len(set(ids)), f"epoch {epoch}: {len(ids) - len(set(ids))} samples trained twice"
         order = EpochSampler(SAMPLES, 1, 0, SEED, 1)

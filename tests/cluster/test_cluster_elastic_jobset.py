@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from elastic_journey import journey
-from trainer import contract
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -15,4 +14,4 @@ pytestmark = pytest.mark.timeout(1500)
 def test_an_elastic_jobset_grows_shrinks_and_grows_again_and_trains_every_sample_once(
     controllers_cluster, controllers_dev_image, controllers_stack
 ):
-    journey(controllers_cluster, controllers_stack, contract.JOBSET)
+    journey(controllers_cluster, controllers_stack)

@@ -5,12 +5,13 @@ the dev world of 2 pods and a spare (`workload.sparePods: 1`), one pod per node,
 between nodes with the stack's NetworkPolicy enforced on each node. Whatever takes a training pod,
 the waiting spare takes its place within seconds, where the Job creates a replacement only after
 its back-off (kubernetes#130881), and the lost pod's replacement waits as the next spare. In one
-world: the pod's container SIGKILLed, the pod deleted, evicted. In another: its node crashed
+world: the pod's container SIGKILLed, the pod deleted, its node drained. In another: its node crashed
 (daemons and containers killed, network cut) while Kubernetes still reports the pod Running, then
 booted again; then another's node cut off the network while it runs on, and joined again. The
 first run ends as an uninterrupted one; the second, longer than its journey, with the stack's
 removal. A StatefulSet's world waits for its pod on a crashed node until an operator taints the
-node out of service. The fit check counts node by node.
+node out of service. A pod frozen whole, which Kubernetes calls Running, is killed for the liveness
+probes it leaves unanswered and replaced. The fit check counts node by node.
 
 Which pods train is decided as they join (a pod of the world that re-joins may itself end up
 waiting as the spare), so the journey reads it from their logs (the newest `[DDP] process
@@ -19,8 +20,11 @@ global_rank=…` line of each rank) and from the rendezvous's own state in the s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -28,11 +32,13 @@ import pytest
 from trainer_testing import same_result, with_option
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, cluster_state, evict, get, is_store_pod, job_condition, kill_container, logged,
+    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, cluster_state, freeze_container, get, is_store_pod, job_condition, kill_container, logged,
     newest_checkpoint, pods, ranks, resumes, running, spares_waiting, status_view, wait_for, wait_for_checkpoint_after,
     wait_for_the_job_and_both_ranks_done, world_pods,
 )  # fmt: skip
 from conftest import RACK, RACKS
+from elastic_journey import BATCH as ELASTIC_BATCH, ELASTIC, RUN_ARGS as ELASTIC_RUN_ARGS, every_sample_of_each_epoch_trained_once
+from ddp_infra.config.workload import LivenessConfig
 from ddp_infra.names import OUT_OF_SERVICE_TAINT
 from policy_checks import the_network_policies_admit_only_the_world
 from toolchain.cluster.network import node_ip, pod_cidr
@@ -47,6 +53,10 @@ RUN_ARGS = with_option(DISRUPTED_RUN, "--epochs", "40")
 # A node's crash is noticed 50 to 100 s later, and it restarts; meanwhile a world alone trains 30
 # steps a second and outran 40 epochs. That journey ends once its losses are seen, not with the run.
 NODE_FAULTS_RUN = with_option(DISRUPTED_RUN, "--epochs", "400")
+# The elastic journey's world (elastic_journey.py), a pod per node. Alone on its nodes it trains 20
+# to 30 steps a second: 160 epochs outlast its four sizes, a node's boot among them.
+ELASTIC_ACROSS_NODES = {key: value for key, value in ELASTIC.items() if key != "run__args"}
+ELASTIC_EPOCHS = 160
 # 500m a pod on nodes that advertise a third of the machine's 2 CPUs each: one world pod per node.
 # Claims every node mounts at once (ReadWriteOnce ones would hold the world on one node). Each loss
 # costs the survivor one restart of its workers.
@@ -106,8 +116,20 @@ def test_a_spare_takes_a_lost_pods_place_within_seconds_whatever_took_it(nodes_c
     losses = Losses(cluster)
     losses.lose("rank 0's pod: container SIGKILLed", lambda world: world[0], lambda pod: kill_container(cluster, pod))
     losses.lose("rank 1's pod deleted", lambda world: world[1], lambda pod: cluster.kubectl("delete", "pod", pod, "-n", NAMESPACE, "--wait=false"))
-    # the budget lets a drain take one of the 3 pods while all 3 run
-    losses.lose("rank 0's pod evicted", lambda world: world[0], lambda pod: _evicted(cluster, pod))
+    # `kubectl drain` of a training pod's node: the budget lets it evict one of the 3 pods while all 3 run
+    drains: dict[str, subprocess.Popen] = {}
+    try:
+        drained = losses.lose("a training pod's node drained", losses.not_on_node_0, lambda pod: drains.update(drain(cluster, pod)))
+        (node, process), = drains.items()
+        output, _ = process.communicate(timeout=240)
+        assert process.returncode == 0 and f"evicting pod {NAMESPACE}/{drained}" in output, output
+        assert node not in nodes_of_the_world(cluster).values()
+    finally:  # the lost pod's replacement, the next spare, waits for the node (the other two are full)
+        for node, process in drains.items():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            cluster.kubectl("uncordon", node)
     losses.the_run_ends_as_an_uninterrupted_one(expected)
 
 
@@ -120,6 +142,7 @@ def test_a_training_pods_node_crashed_or_cut_off_costs_a_world_with_a_spare_seco
     the_network_policies_admit_only_the_world(cluster, {0: training[0], 1: training[1]}, documents, outsider_node=outsider_node)
 
     losses = Losses(cluster)
+    frozen: list[int] = []
     try:
         # The node of a training pod (not node 0, the store's) crashes: its daemons and containers
         # killed, its network cut. Kubernetes still counts the lost pod Running: the world does not wait for it.
@@ -145,12 +168,17 @@ def test_a_training_pods_node_crashed_or_cut_off_costs_a_world_with_a_spare_seco
         cut_pod = losses.lose("the node of a training pod cut off", losses.not_on_node_0, losses.cut_its_node)
         assert get(cluster, "pod", cut_pod, NAMESPACE)["status"]["phase"] == "Running"
         cluster.cut_node(losses.cut.pop(), connected=True)
-        wait_for(lambda: spares_waiting(cluster) >= 1, 180, "a spare waiting again once the cut-off node is back", interval=1)
+
+        # A training pod frozen whole, which Kubernetes calls Running: the world goes on with the
+        # spare once the rendezvous counts the pod gone and the hang watch ends the stalled step,
+        # without waiting for the kubelet to kill the pod (its liveness probe, then its grace period).
+        losses.lose("a training pod frozen", lambda world: world[1], lambda pod: frozen.extend(freeze_container(cluster, pod)))
     finally:  # whatever failed, the nodes are back for the stack's removal: a crashed node's pods never end otherwise
         for node in losses.crashed:
             cluster.restart_node(node)
         for node in losses.cut:
             cluster.cut_node(node, connected=True)
+        thaw(frozen)
     losses.only_the_lost_were_counted_gone()
 
 
@@ -198,26 +226,121 @@ def test_a_statefulsets_world_waits_for_a_crashed_nodes_pod_until_the_node_is_ma
             cluster.restart_node(node)
 
 
+def test_a_pod_frozen_whole_is_killed_and_replaced_not_waited_for(nodes_cluster, nodes_dev_image, nodes_stack):
+    """A plain Job's world of 2, no spare, the stack's defaults. A pod whose every process is frozen
+    is still Running to Kubernetes, and its peers' world waits for it: the kubelet kills it once it
+    has answered no liveness probe for workload.liveness.seconds, then the pod's grace period
+    (for a pod that restarts Never, the kubelet ignores the probe's own: kubernetes#119377), and
+    the Job replaces it. Then a training pod's node is reclaimed: it crashes and its Node object is
+    deleted. The journey ends once the world trains again."""
+    cluster = nodes_cluster
+    # A grace period of 30 s, not the stack's 120 (a smoke model's checkpoint takes a second): with
+    # 120 the world resumed 157.8 and 158.4 s after the freeze, the pod killed at 144.0 and 144.6 s.
+    grace = 30
+    the_world_across_nodes(cluster, nodes_stack, NODE_FAULTS_RUN, workload__sparePods="0", workload__terminationGracePeriodSeconds=str(grace))
+    losses = Losses(cluster, spare=False)
+    frozen: list[int] = []
+    try:
+        lost = losses.lose("a training pod frozen", lambda world: world[1], lambda pod: frozen.extend(freeze_container(cluster, pod)),
+                           within=LivenessConfig().seconds + grace + 120)  # fmt: skip
+    finally:  # whatever failed: a frozen pod holds its Job until its grace period is out
+        thaw(frozen)
+    reasons = [(event["reason"], event["message"]) for event in events_of(cluster, lost)]
+    assert any(reason == "Unhealthy" and message.startswith("Liveness probe failed") for reason, message in reasons), reasons
+    killed = get(cluster, "pod", lost, NAMESPACE)["status"]
+    assert killed["phase"] == "Failed" and killed["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137, killed
+    ended = datetime.fromisoformat(killed["containerStatuses"][0]["state"]["terminated"]["finishedAt"].replace("Z", "+00:00"))
+    print(f"\n[figures] job without a spare, a training pod frozen: killed {round((ended - losses.at[-1][0]).total_seconds(), 1)} s "
+          f"after the freeze (grace period {grace} s)")  # fmt: skip
+
+    # A training pod's node lost for good: it crashes and its Node object is deleted (what a cloud's
+    # node controller does for a reclaimed instance). The pod garbage collector fails the pods bound
+    # to no node, and the Job replaces them: the world does not wait for the node.
+    def reclaimed(pod: str) -> None:
+        losses.crash_its_node(pod)
+        cluster.kubectl("delete", "node", losses.crashed[-1], "--wait=false")
+
+    try:
+        gone = losses.lose("a training pod's node reclaimed", losses.not_on_node_0, reclaimed, within=180)
+        left = pods(cluster, NAMESPACE).get(gone)  # the pod garbage collector fails it, then deletes it
+        assert left is None or left["status"]["phase"] == "Failed", left
+    finally:  # the node boots again, and registers anew
+        for node in losses.crashed:
+            cluster.restart_node(node)
+    losses.only_the_lost_were_counted_gone()
+
+
+def test_an_elastic_world_goes_on_without_a_lost_node_and_grows_back_when_it_boots(nodes_cluster, nodes_dev_image, nodes_stack):
+    """An elastic Job (`nodes: 2:3`, a pod per node) starts with a node cordoned: it trains at its
+    minimum, and grows to 3 when the node is uncordoned, with no `pulumi up`. Then a training pod's
+    node crashes: the world goes on at 2, though Kubernetes still calls the lost pod Running. The
+    node boots again: the kubelet finds the pod's container gone, the Job replaces the pod and the
+    world grows back to 3. The Job completes, and every sample of each epoch was trained once."""
+    cluster = nodes_cluster
+    figures: dict[str, float] = {}
+    held_back = cluster.nodes[2].name
+    cluster.kubectl("cordon", held_back)
+    try:
+        the_world_across_nodes(cluster, nodes_stack, with_option(ELASTIC_RUN_ARGS, "--epochs", str(ELASTIC_EPOCHS)), **ELASTIC_ACROSS_NODES,
+                               workload__sparePods="0")  # fmt: skip
+        assert len(world_pods(cluster)) == 3 and newest_checkpoint(cluster)["world_size"] == 2  # the third is Pending: no node for it
+    finally:
+        cluster.kubectl("uncordon", held_back)
+        uncordoned = datetime.now(timezone.utc)
+    figures["a node uncordoned -> a world of 3 resumed"] = resized(cluster, uncordoned, 3, 2)
+
+    wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
+    losses = Losses(cluster, spare=False)
+    try:
+        lost = losses.not_on_node_0(ranks(cluster))
+        crashed = datetime.now(timezone.utc)
+        losses.crash_its_node(lost)
+        figures["a training pod's node crashed -> a world of 2 resumed"] = resized(cluster, crashed, 2, 3)
+        assert get(cluster, "pod", lost, NAMESPACE)["status"]["phase"] == "Running"  # to Kubernetes, still
+        wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
+        cluster.restart_node(losses.crashed.pop())
+        booted = datetime.now(timezone.utc)
+        figures["the node booted (Ready) -> a world of 3 resumed"] = resized(cluster, booted, 3, 2)
+    finally:
+        for node in losses.crashed:
+            cluster.restart_node(node)
+    print(f"\n[figures] elastic job of 2:3 on three nodes, seconds: {figures}")
+    assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete", cluster_state(cluster)
+    every_sample_of_each_epoch_trained_once(cluster, ELASTIC_EPOCHS)
+
+
+def resized(cluster, since: datetime, size: int, before: int) -> float:
+    """Seconds from `since` to the resume of a world of `size` from one of `before` (by the line's
+    own time: a look at the logs of a pod on a lost node can take long), which says the rule of a
+    resize: each process keeps its batch."""
+    at, line = wait_for(lambda: next(((at, text) for at, text in resumes(cluster) if at > since and f"world of {size} (was {before})" in text), None),
+                        300, f"a world of {size} (was {before})", interval=1)  # fmt: skip
+    assert f"global batch {size * ELASTIC_BATCH} (was {before * ELASTIC_BATCH})" in line, line
+    return round((at - since).total_seconds(), 1)
+
+
 def the_world_across_nodes(cluster, stack, run_args: list[str], **changes: str) -> list[dict]:
     """The dev world of 2 pods and a spare (or as `changes` say) brought up by `pulumi up`, one pod
     per node, the store's pod on node 0; returns once it trains across nodes (Gloo between them)
     with its spare waiting and a checkpoint written. The store's pod goes on node 0, whose namespace
     the control plane shares and which no journey crashes: a node lost holds a training pod and not
     the store (whose loss re-forms the world at a new store, another journey). Nodes 1 and 2 take
-    pods again once the store is placed; the fit check, which counts cordoned nodes out, only warns
-    meanwhile. Returns the objects `pulumi up` applied."""
+    pods again once the store is placed (a node cordoned before stays so, and an elastic world forms
+    on the nodes left); the fit check, which counts cordoned nodes out, only warns meanwhile.
+    Returns the objects `pulumi up` applied."""
     settings = {**SPARE, "run__args": run_args, **changes}
     spares = int(settings["workload__sparePods"])
-    world = int(settings["nodes"]) + spares
     control_plane, *others = (node.name for node in cluster.nodes)
-    for name in others:
+    cordoned = [name for name in others if not nodes_json(cluster)[name]["spec"].get("unschedulable")]
+    world = min(int(settings["nodes"].split(":")[-1]) + spares, len(cluster.nodes) - len(others) + len(cordoned))
+    for name in cordoned:
         cluster.kubectl("cordon", name)
     try:
         documents = stack.up(**settings, scheduling__fitCheck="warn")
         wait_for(lambda: [p["spec"].get("nodeName") for p in pods(cluster, NAMESPACE, store=True).values() if is_store_pod(p)] == [control_plane],
                  120, "the store's pod placed on node 0")  # fmt: skip
     finally:
-        for name in others:
+        for name in cordoned:
             cluster.kubectl("uncordon", name)
 
     # One pod per node (the stack spreads the world over kubernetes.io/hostname; 500m each fills a node).
@@ -243,8 +366,9 @@ class Losses:
     """The training pods a journey loses, one at a time, each once a spare waits and the world has
     checkpointed since; what each cost, and the worlds that formed, one per loss."""
 
-    def __init__(self, cluster):
+    def __init__(self, cluster, spare: bool = True):
         self.cluster = cluster
+        self.spare = spare  # a spare takes a lost pod's place; without one, the Job's replacement does
         self.figures: dict[str, dict] = {}
         self.worlds: set[tuple[datetime, str]] = set()  # the resumes seen so far: one per loss, none without one
         self.at: list[tuple[datetime, str]] = []  # (when, the lost pod's rendezvous address)
@@ -282,13 +406,14 @@ class Losses:
         gone = [(at, name, text) for at, name, text in logged(self.cluster) if " counted as gone, " in text]
         assert [row for row in gone if not any(lost_at < row[0] and f": {address} (" in row[2] for lost_at, address in self.at)] == [], gone
 
-    def lose(self, what: str, pick, fail) -> str:
+    def lose(self, what: str, pick, fail, within: float = 120) -> str:
         """Fails (`fail(pod)`) the training pod `pick(ranks)` names; returns it. The world kept its size,
-        resumed from a checkpoint at least as new as the last before the loss, and trains on."""
+        resumed (within `within` s) from a checkpoint at least as new as the last before the loss, and trains on."""
         cluster = self.cluster
         waited_since = datetime.now(timezone.utc)
         try:
-            wait_for(lambda: spares_waiting(cluster) >= 1, 240, "a spare waiting in the rendezvous", interval=1)
+            if self.spare:
+                wait_for(lambda: spares_waiting(cluster) >= 1, 240, "a spare waiting in the rendezvous", interval=1)
         except AssertionError as error:
             raise AssertionError(f"{error}\n{cluster_state(cluster)}") from None
         before = wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])  # the spare has waited a checkpoint long
@@ -301,7 +426,7 @@ class Losses:
         self.at.append((lost_at, rendezvous_address(cluster, lost)))
         fail(lost)
         try:
-            resumed_at, line = wait_for(lambda: next((row for row in resumes(cluster) if row not in seen), None), 120,
+            resumed_at, line = wait_for(lambda: next((row for row in resumes(cluster) if row not in seen), None), within,
                                         f"the world resumed after {what}", interval=0.5)  # fmt: skip
         except AssertionError as error:
             polled = time.monotonic()
@@ -313,11 +438,11 @@ class Losses:
         # the same size, from the newest checkpoint there was (a SIGTERM writes one more, where it stopped)
         assert int(line.split("ckpt-")[1][:8]) >= before["step"], (what, line, before)
         assert "world of " not in line, line  # a resize says "world of N (was M)"; this world kept its size
-        assert lost not in ranks(cluster).values(), "a world of 2 formed without the lost pod: the spare took its place"
+        assert lost not in ranks(cluster).values(), f"a world of 2 formed without the lost pod: {'the spare' if self.spare else 'its replacement'} took its place"
         self.figures[what] = {"resumed": round((resumed_at - lost_at).total_seconds(), 1),
                               "first [TRAIN] line": round((trained_at - lost_at).total_seconds(), 1),
                               "spare and checkpoint awaited before": round((lost_at - waited_since).total_seconds(), 1)}  # fmt: skip
-        print(f"\n[figures] job with a spare, {what}: seconds after the loss {self.figures[what]}; {line}")
+        print(f"\n[figures] job {'with a spare' if self.spare else 'without a spare'}, {what}: seconds after the loss {self.figures[what]}; {line}")
         self.worlds.add((resumed_at, line))
         return lost
 
@@ -329,11 +454,16 @@ def not_ready_at(cluster, node: str) -> datetime:
 
 
 def nodes_of_the_world(cluster) -> dict[str, str]:
-    return {pod["metadata"]["name"]: pod["spec"]["nodeName"] for pod in world_pods(cluster).values()}
+    return {pod["metadata"]["name"]: pod["spec"].get("nodeName") for pod in world_pods(cluster).values()}
 
 
 def node_of_pod(cluster, pod: str) -> str:
     return get(cluster, "pod", pod, NAMESPACE)["spec"]["nodeName"]
+
+
+def events_of(cluster, pod: str) -> list[dict]:
+    listed = cluster.kubectl("get", "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={pod}", "-o", "json").stdout
+    return json.loads(listed)["items"]
 
 
 def rendezvous_address(cluster, pod: str) -> str:
@@ -349,6 +479,16 @@ def lines_between(cluster, world: tuple[datetime, str] | None, formed: tuple[dat
     return "\n".join(f"{at:%H:%M:%S.%f} {name} {text}" for at, name, text in logged(cluster) if since <= at <= formed[0])
 
 
-def _evicted(cluster, pod: str) -> None:
-    result = evict(cluster, pod)
-    assert result.returncode == 0, result.stderr
+def thaw(frozen: list[int]) -> None:
+    """SIGCONT to the processes freeze_container stopped, those still there: a frozen pod would hold
+    the stack's next change or removal for its whole grace period."""
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def drain(cluster, pod: str) -> dict[str, subprocess.Popen]:
+    """`kubectl drain` of the pod's node, started: {node: the drain}, which ends once its pods are gone."""
+    node = node_of_pod(cluster, pod)
+    argv = cluster.kubectl_argv("drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=240s")
+    return {node: subprocess.Popen(argv, env=cluster.kubectl_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)}

@@ -1,5 +1,6 @@
 """An elastic world (`nodes: MIN:MAX`), under mocks: what derives from the size of the world holds
-for every size in the range. Its behaviour on a cluster: tests/cluster/test_cluster_elastic.py."""
+for every size in the range. Its behaviour on a cluster: tests/cluster/test_cluster_nodes.py (a Job) and
+test_cluster_elastic_jobset.py."""
 
 from __future__ import annotations
 

@@ -158,8 +158,7 @@ class LocalCluster:
                 node.start_node(self, each, binaries)
             for each in self.nodes:
                 self.daemons.wait(lambda: node.node_ready(self, each), deadline, f"node {each.name} Ready")
-                if each.labels:
-                    self.kubectl("label", "node", each.name, "--overwrite", *(f"{k}={v}" for k, v in each.labels.items()))
+                self._label(each)
                 node.start_network_policy(self, each, binaries)
             self.daemons.wait(lambda: node.dns_ready(self), deadline, "CoreDNS ready")
             for each in self.nodes:
@@ -279,8 +278,14 @@ class LocalCluster:
         faults.crash(self, self.node_named(name))
 
     def restart_node(self, name: str) -> None:
-        """A crashed node boots again: its network back, its runtime and daemons started anew."""
+        """A crashed node boots again: its network back, its runtime and daemons started anew (and
+        its Node object, if it was deleted meanwhile, registered again with its labels)."""
         faults.restart(self, self.node_named(name), self._binaries, time.monotonic() + self.startup_timeout)
+        self._label(self.node_named(name))
+
+    def _label(self, each: ClusterNode) -> None:
+        if each.labels:
+            self.kubectl("label", "node", each.name, "--overwrite", *(f"{k}={v}" for k, v in each.labels.items()))
 
     def cut_node(self, name: str, connected: bool = False) -> None:
         """Node `name` cut off the nodes' network while its processes run on (or connected again)."""
