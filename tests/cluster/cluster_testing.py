@@ -138,8 +138,10 @@ def summary_line(output: str) -> str:
 def pause_stack(cluster: LocalCluster, root: Path) -> EngineStack:
     """The dev stack with the pause image as the trainer's: its `python` is the pause binary
     (toolchain/images.sh), so the pods wait for SIGTERM and exit 0, and only a kill fails one.
-    A controller's own behaviour, through the real engine, without the trainer image."""
-    return EngineStack(cluster, root, image__name=cluster.images["pause"], image__pullPolicy="IfNotPresent")
+    A controller's own behaviour, through the real engine, without the trainer image. No liveness
+    probe: the pause binary answers none, and the kubelet would stop every pod 20 s in (each then
+    exiting 0, as if its world had trained)."""
+    return EngineStack(cluster, root, image__name=cluster.images["pause"], image__pullPolicy="IfNotPresent", workload__liveness__seconds="0")
 
 
 def delete_namespace(cluster: LocalCluster, namespace: str, timeout: float = 240) -> None:
