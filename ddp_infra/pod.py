@@ -224,6 +224,8 @@ def liveness(config: StackConfig) -> dict[str, Any]:
             "timeoutSeconds": period,
             "failureThreshold": -(-wanted.seconds // period),
             # A pod that answers nothing cannot checkpoint either: its grace would only hold its replacement back.
+            # The kubelet honours it where the container restarts in place (a StatefulSet's); a Job's pod it
+            # kills with the pod's own grace period (kubernetes#119377).
             "terminationGracePeriodSeconds": 1,
         }},
     }  # fmt: skip
