@@ -331,16 +331,16 @@ def the_world_across_nodes(cluster, stack, run_args: list[str], **changes: str) 
     settings = {**SPARE, "run__args": run_args, **changes}
     spares = int(settings["workload__sparePods"])
     control_plane, *others = (node.name for node in cluster.nodes)
-    cordoned = [name for name in others if not nodes_json(cluster)[name]["spec"].get("unschedulable")]
-    world = min(int(settings["nodes"].split(":")[-1]) + spares, len(cluster.nodes) - len(others) + len(cordoned))
-    for name in cordoned:
+    schedulable = [name for name in others if not nodes_json(cluster)[name]["spec"].get("unschedulable")]
+    world = min(int(settings["nodes"].split(":")[-1]) + spares, 1 + len(schedulable))  # a pod per node that takes pods
+    for name in schedulable:
         cluster.kubectl("cordon", name)
     try:
         documents = stack.up(**settings, scheduling__fitCheck="warn")
         wait_for(lambda: [p["spec"].get("nodeName") for p in pods(cluster, NAMESPACE, store=True).values() if is_store_pod(p)] == [control_plane],
                  120, "the store's pod placed on node 0")  # fmt: skip
     finally:
-        for name in cordoned:
+        for name in schedulable:
             cluster.kubectl("uncordon", name)
 
     # One pod per node (the stack spreads the world over kubernetes.io/hostname; 500m each fills a node).
