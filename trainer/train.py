@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import random
 import sys
@@ -19,6 +18,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from trainer import contract as c
 from trainer import console, distributed, tracking
+from trainer.arguments import seconds
 from trainer.tasks.lm import task as lm_task
 from trainer.tasks import smoke
 from trainer.hang_watch import HangLimits, HangWatch, own_pod
@@ -35,13 +35,6 @@ TASK_DEFAULTS = {
     "smoke": dict(batch=256, lr=3e-3, grad_clip=0.0, warmup_steps=0, weight_decay=0.0),
     "lm": dict(batch=16, lr=3e-4, grad_clip=1.0, warmup_steps=20, weight_decay=0.1, adam_betas=(0.9, 0.95)),
 }
-
-
-def seconds(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds, 0 or more (0: off)")
-    return value
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
