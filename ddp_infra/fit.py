@@ -31,7 +31,6 @@ import pulumi
 from .config import StackConfig, parse_quantity
 from .gang import amount_text, fewest_pods_admitted, pod_requests
 from .names import PROJECT
-from .pod import pod_template
 from .queue_quota import QueueLimit, cohort_of, cohort_peers, kueue_limit, queue_problem, volcano_limit
 from .reachability import needs_no_cluster
 from .world import World
@@ -196,9 +195,10 @@ def read_queue_limit(config: StackConfig) -> Optional[QueueLimit]:
     return None
 
 
-def require_world_fits(world: World) -> None:
+def require_world_fits(world: World, template: dict[str, Any]) -> None:
     """Raise WorldCannotFit when the cluster's nodes can never hold the whole world at once, or its
-    queue never admit it (or warn, as `scheduling.fitCheck` says); see the module's docstring."""
+    queue never admit it (or warn, as `scheduling.fitCheck` says); see the module's docstring.
+    `template` is the world's pod template (ddp_infra.pod.pod_template), the one the stack runs."""
     config: StackConfig = world.config
     mode = config.scheduling.fit_check
     if mode == "off" or needs_no_cluster(config.kubernetes):
@@ -209,7 +209,7 @@ def require_world_fits(world: World) -> None:
     except (OSError, RuntimeError, subprocess.TimeoutExpired, ValueError) as error:
         pulumi.log.warn(f"whether the world fits the cluster is not checked: its nodes cannot be read ({error}); set {key} to off to skip this")
         return
-    ask = PodAsk.of(pod_template(world))
+    ask = PodAsk.of(template)
     refusals = []
     if not nodes:
         pulumi.log.warn("whether the world fits the cluster is not checked: the cluster has no nodes (yet)")

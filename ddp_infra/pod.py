@@ -1,8 +1,9 @@
 """The trainer pod, as plain Kubernetes dicts: its env, its container, and its template, built once.
 
 Pure functions of the `World` (which carries the config): no Pulumi here, so they can be tested
-and fed to the trainer's own env resolution directly. The one template is handed to the
-namespace's Pod Security level, to the workload of any kind and to Volcano's PodGroup.
+and fed to the trainer's own env resolution directly. The one template, built once by the program,
+is handed to the fit check, the namespace's Pod Security level, the workload of any kind and
+Volcano's PodGroup.
 
 The escape hatch (`pod.*`) is placed where each part is built: the runtime class, the extra
 volumes and the trainer's extra mounts, the init containers and then the sidecars (native

@@ -13,6 +13,7 @@ from .cluster_apis import require_cluster_apis
 from .components import DdpTrainingStack, DdpTrainingStackArgs
 from .config import KubernetesConfig, StackConfig
 from .fit import require_world_fits
+from .pod import pod_template
 from .ready_watch import watch_while_waiting
 from .reachability import require_reachable_cluster
 from .world import World
@@ -80,12 +81,14 @@ def build(config: StackConfig) -> dict[str, Any]:
     require_reachable_cluster(config.kubernetes, pulumi.get_stack())
     require_cluster_apis(config)
     world = World.from_config(config, pulumi.get_project(), pulumi.get_stack())
-    require_world_fits(world)
+    template = pod_template(world)  # the one the fit check counts is the one the stack runs
+    require_world_fits(world, template)
     provider = kubernetes_provider(config.kubernetes)
     stack = DdpTrainingStack(
         "ddp",
         DdpTrainingStackArgs(
             world=world,
+            pod_template=template,
             retained_provider=retained_provider(config.kubernetes),
             claim_changes_allowed=refuse_claim_changes(config.storage, world.namespace),
             namespace_provider=None if config.storage.namespace_retained else namespace_provider(config.kubernetes),

@@ -7,7 +7,6 @@ from typing import Any, Optional
 
 import pulumi
 
-from ..pod import pod_template
 from ..pod_security import pod_security_level
 from ..world import World
 from .base import Component
@@ -24,6 +23,8 @@ from .trainer import Trainer, TrainerArgs
 @dataclass(frozen=True)
 class DdpTrainingStackArgs:
     world: World  # and the config it carries
+    # the world's one pod template (ddp_infra.pod.pod_template): the namespace's security level and the workload's
+    pod_template: dict[str, Any]
     # the provider of what Pulumi keeps in the cluster on delete (see program.kubernetes_provider)
     retained_provider: pulumi.ProviderResource
     # resolves once the claims may be registered (see ddp_infra.claim_changes)
@@ -37,7 +38,6 @@ class DdpTrainingStack(Component):
         super().__init__("Stack", name, opts)
         world = args.world
         config = world.config
-        template = pod_template(world)  # the one template: the namespace's security level and the workload's
         in_namespace: list[pulumi.Resource] = []
         if config.namespace.create:
             self.namespace: Optional[TrainingNamespace] = TrainingNamespace(
@@ -46,7 +46,7 @@ class DdpTrainingStack(Component):
                     namespace=config.namespace,
                     retain_on_delete=config.storage.namespace_retained,
                     protect=config.storage.namespace_protected,
-                    pod_security=pod_security_level(template["spec"]),
+                    pod_security=pod_security_level(args.pod_template["spec"]),
                     retained_provider=args.retained_provider,
                 ),
                 opts=pulumi.ResourceOptions(
@@ -89,7 +89,7 @@ class DdpTrainingStack(Component):
         )
         secrets = [secret for secret in (self.hf_token, self.secret_env) if secret]
         pods_need = [self.storage, self.rendezvous, self.guardrails, *secrets]
-        self.trainer = Trainer(world.workload_name, TrainerArgs(world=world, pod_template=template), opts=inside(*pods_need))
+        self.trainer = Trainer(world.workload_name, TrainerArgs(world=world, pod_template=args.pod_template), opts=inside(*pods_need))
 
         context = config.kubernetes.context
         self.outputs: dict[str, Any] = {

@@ -12,7 +12,8 @@ from decimal import Decimal
 import pulumi
 
 import infra_harness as harness
-from ddp_infra import gang, queue_quota
+from ddp_infra import gang, pod, program, queue_quota
+from ddp_infra.components import stack, trainer
 from ddp_infra.fit import PodAsk, fit_problem, node_room
 from ddp_infra.names import GPU_RESOURCE
 
@@ -97,6 +98,38 @@ def test_the_prod_world_is_counted_from_the_pod_template_the_program_makes():
     assert fit_problem(prod, 3, [{**gpu_node, "metadata": {**gpu_node["metadata"], "name": f"gpu-{i}"}} for i in range(3)]) is None
     problem = fit_problem(prod, 3, [gpu_node, node("cpu-0", cpu="256", memory="4000Gi")])
     assert "can ever hold 1 of them" in problem and "node cpu-0: 0 (label nvidia.com/gpu.present=true missing" in problem, problem
+
+
+@pulumi.runtime.test
+def test_the_fit_check_counts_the_very_template_the_stack_runs_built_once(monkeypatch):
+    """Built once, the template the fit check counts cannot drift from the one the namespace's
+    security level, Volcano's PodGroup and the workload are made of."""
+    built, handed = [], {}
+
+    def building(world):
+        built.append(pod.pod_template(world))
+        return built[-1]
+
+    def recording(consumer, original):
+        def record(*args):
+            handed[consumer] = args[-1]  # each takes the template (the namespace: its spec) last
+            return original(*args)
+
+        return record
+
+    monkeypatch.setattr(program, "pod_template", building)
+    monkeypatch.setattr(program, "require_world_fits", recording("fit check", program.require_world_fits))
+    monkeypatch.setattr(stack, "pod_security_level", recording("namespace", stack.pod_security_level))
+    monkeypatch.setattr(gang, "pod_group_manifest", recording("pod group", gang.pod_group_manifest))
+    monkeypatch.setattr(trainer, "workload_manifest", recording("workload", trainer.workload_manifest))
+    with_pod_group = harness.stack_config_with("prod", scheduling__gang={"scheduler": "volcano", "queue": "research"})
+    evaluation = harness.evaluate(with_pod_group, stack="prod")
+    assert evaluation.error is None, evaluation.error
+    (template,) = built
+    assert handed["namespace"] is template["spec"]
+    for consumer in ("fit check", "pod group", "workload"):
+        assert handed[consumer] is template, consumer
+    assert evaluation.pod_template == template
 
 
 def test_an_unset_request_counts_as_its_limit_as_the_api_server_sets_it():
