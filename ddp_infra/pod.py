@@ -3,7 +3,8 @@
 Pure functions of the `World` (which carries the config): no Pulumi here, so they can be tested
 and fed to the trainer's own env resolution directly. The one template, built once by the program,
 is handed to the fit check, the namespace's Pod Security level, the workload of any kind and
-Volcano's PodGroup.
+Volcano's PodGroup. The rendezvous store's own pod (ddp_infra/rendezvous_store.py) is built from
+the same parts: the shared pod spec, the training image, the security contexts, the placement.
 
 The escape hatch (`pod.*`) is placed where each part is built: the runtime class, the extra
 volumes and the trainer's extra mounts, the init containers and then the sidecars (native
@@ -191,17 +192,25 @@ def _volumes(config: StackConfig) -> list[dict[str, Any]]:
     ]
 
 
+def training_image(config: StackConfig) -> dict[str, Any]:
+    """The training image and its pull policy: the trainer runs it, and so does the rendezvous store."""
+    return {"image": config.image.name, "imagePullPolicy": config.image.pull_policy}
+
+
+def rendezvous_container_port(world: World) -> dict[str, Any]:
+    """The world's rendezvous port as a container declares it: the trainer's and the rendezvous store's."""
+    return {"name": RENDEZVOUS_PORT_NAME, "containerPort": world.rendezvous_port, "protocol": "TCP"}
+
+
 def container(world: World) -> dict[str, Any]:
     config = world.config
     probed = liveness(config)
     return {
         "name": CONTAINER_NAME,
-        "image": config.image.name,
-        "imagePullPolicy": config.image.pull_policy,
+        **training_image(config),
         "command": list(contract.ENTRYPOINT_COMMAND),
         "args": list(config.run.args),
-        "ports": [{"name": RENDEZVOUS_PORT_NAME, "containerPort": world.rendezvous_port, "protocol": "TCP"},
-                  *probed["ports"]],  # fmt: skip
+        "ports": [rendezvous_container_port(world), *probed["ports"]],
         "env": pod_env(world),
         "resources": _resources(config),
         "volumeMounts": _volume_mounts(config),
@@ -258,6 +267,19 @@ def pod_security_context() -> dict[str, Any]:
     }
 
 
+def shared_pod_spec(world: World, containers: list[dict[str, Any]], termination_grace_period_seconds: int) -> dict[str, Any]:
+    """What a pod of the world runs with, the trainer's and the rendezvous store's: the world's
+    service account without its token, the image's user, and `containers`."""
+    return {
+        "serviceAccountName": world.service_account_name,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,  # thousands of Service env vars help nobody
+        "terminationGracePeriodSeconds": termination_grace_period_seconds,
+        "securityContext": pod_security_context(),
+        "containers": containers,
+    }
+
+
 def _extra_containers(config: StackConfig, trainer: dict[str, Any]) -> list[dict[str, Any]]:
     """`pod.initContainers`, then `pod.sidecars` (restartPolicy Always), each with the trainer's
     no-escalation, drop-ALL defaults where it sets neither."""
@@ -309,16 +331,11 @@ def pod_template(world: World) -> dict[str, Any]:
     config = world.config
     trainer = container(world)
     spec: dict[str, Any] = {
-        "serviceAccountName": world.service_account_name,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,  # thousands of Service env vars help nobody
-        "terminationGracePeriodSeconds": config.workload.termination_grace_period_seconds,
-        "securityContext": pod_security_context(),
-        "containers": [trainer],
+        **shared_pod_spec(world, [trainer], config.workload.termination_grace_period_seconds),
         "volumes": _volumes(config),
         **_scheduling(config, world),
+        **image_pull_secrets(config),
     }
-    spec.update(image_pull_secrets(config))
     if world.workload_kind in (contract.INDEXED_JOB, contract.JOBSET):
         spec["restartPolicy"] = "Never"
         # Job pods get <job>-<index> as hostname; the subdomain gives them the DNS name MASTER_ADDR uses.

@@ -23,7 +23,9 @@ from trainer import contract
 
 from .manifests import object_metadata
 from .names import RENDEZVOUS_PORT_NAME, WAIT_FOR_ANNOTATION
-from .pod import container_security_context, image_pull_secrets, node_placement, pod_security_context
+from .pod import (
+    container_security_context, image_pull_secrets, node_placement, rendezvous_container_port, shared_pod_spec, training_image,
+)  # fmt: skip
 from .world import World
 
 COMPONENT = "rendezvous-store"
@@ -47,23 +49,16 @@ def _metadata(world: World, component: str, wait_for: str | None = None) -> dict
 
 def deployment_manifest(world: World) -> dict[str, Any]:
     config = world.config
-    port = world.rendezvous_port
     container = {
         "name": CONTAINER,
-        "image": config.image.name,
-        "imagePullPolicy": config.image.pull_policy,
-        "command": [*contract.RENDEZVOUS_STORE_COMMAND, str(port)],
-        "ports": [{"name": RENDEZVOUS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
+        **training_image(config),
+        "command": [*contract.RENDEZVOUS_STORE_COMMAND, str(world.rendezvous_port)],
+        "ports": [rendezvous_container_port(world)],
         "resources": {"requests": {"memory": MEMORY_REQUEST}, "limits": {"memory": MEMORY_LIMIT}},
         "securityContext": container_security_context(config),
     }
     pod_spec = {
-        "serviceAccountName": world.service_account_name,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 5,  # it keeps nothing worth a wait
-        "securityContext": pod_security_context(),
-        "containers": [container],
+        **shared_pod_spec(world, [container], termination_grace_period_seconds=5),  # it keeps nothing worth a wait
         **node_placement(config),
         **image_pull_secrets(config),
     }

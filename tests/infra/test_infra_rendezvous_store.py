@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ddp_infra.names import RENDEZVOUS_PORT_NAME
 from ddp_infra.pod_security import RESTRICTED, pod_security_level
 from infra_harness import evaluate, evaluated, stack_config_with
 
@@ -31,7 +32,7 @@ def test_by_default_the_store_has_a_pod_service_and_policy_of_its_own(stack, kin
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_the_store_pod_is_restricted_asks_no_cpu_and_runs_where_the_world_may(stack):
+def test_the_store_pod_is_restricted_asks_no_cpu_and_runs_as_and_where_the_world_does(stack):
     evaluation = evaluated(stack, 4)
     deployment = evaluation.named(DEPLOYMENT, "rendezvous-store").manifest
     assert deployment["spec"]["replicas"] == 1
@@ -40,10 +41,16 @@ def test_the_store_pod_is_restricted_asks_no_cpu_and_runs_where_the_world_may(st
     assert pod_security_level(spec) == RESTRICTED
     assert spec["automountServiceAccountToken"] is False
     (container,) = spec["containers"]
-    assert container["image"] == evaluation.container["image"]
+    for key in ("image", "imagePullPolicy", "securityContext"):
+        assert container[key] == evaluation.container[key], key
+    assert container["ports"] == [port for port in evaluation.container["ports"] if port["name"] == RENDEZVOUS_PORT_NAME]
     assert "cpu" not in container["resources"]["requests"] and container["resources"]["requests"]["memory"]
     world = evaluation.pod_spec
-    for key in ("nodeSelector", "tolerations", "priorityClassName", "imagePullSecrets"):
+    shared = (
+        "serviceAccountName", "enableServiceLinks", "securityContext",
+        "nodeSelector", "tolerations", "priorityClassName", "imagePullSecrets",
+    )  # fmt: skip
+    for key in shared:
         assert spec.get(key) == world.get(key), key
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
 
