@@ -29,10 +29,46 @@ from dataclasses import dataclass
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
+# --- defaults and rules both sides read -------------------------------------------------------
+# Each is written here once: the stack's config (ddp_infra/config) takes it as its default or bound,
+# and the pod (trainer/pod/env.py, trainer/hang_watch.py) falls back on it where a variable is
+# unset, so the two cannot drift apart (tests/test_contract_defaults.py holds both sides to it).
+
+# The rendezvous, in seconds. torchrun's own last-call and close timeouts.
+READ_TIMEOUT_SECONDS = 120  # torchrun's own 60 s is too short for slow pod starts
+LAST_CALL_TIMEOUT_SECONDS = 30
+CLOSE_TIMEOUT_SECONDS = 30
+# torchrun's own 5 s (x 3 missed beats) keeps a lost pod in the rendezvous, and its replacement
+# out of the next world, for 15 s; here it is 1 s x KEEP_ALIVE_MAX_ATTEMPTS.
+KEEP_ALIVE_INTERVAL_SECONDS = 1
 # Heartbeats a pod may miss before the rendezvous counts it as gone, when the stack does not say.
 # torchrun's 3 drops live pods: on a busy node a pod's heartbeat was seen 3.3 s old as its workers
 # started, and the world re-formed without it.
 KEEP_ALIVE_MAX_ATTEMPTS = 5
+KEEP_ALIVE_MIN_ATTEMPTS = 2  # fewer would count a pod gone at its first late heartbeat
+WORLD_MAX_RESTARTS = 3  # torchrun --max-restarts: restarts of the whole world before giving up
+MASTER_WAIT_TIMEOUT_SECONDS = 600  # how long the preflight waits for pod 0's DNS name and port
+
+# The join timeout is the one default the two sides mean differently. A pod the stack makes always
+# carries RDZV_JOIN_TIMEOUT (the entrypoint refuses to start without it), so the stack's default is
+# what its worlds wait; the pod's own value applies only to a seed-000 pod, which carries none, and
+# is torchrun's own default, what a plain `torchrun` on that platform waits.
+STACK_JOIN_TIMEOUT_SECONDS = 1800
+SEED_000_JOIN_TIMEOUT_SECONDS = 600
+
+# The hang watch (trainer/hang_watch.py): a rank without training progress for longer than its
+# bound counts as hung. 0 as the ceiling turns the watch off.
+HANG_FLOOR_SECONDS = 30
+HANG_CEILING_SECONDS = 120
+HANG_STEP_TIME_FACTOR = 10
+HANG_BOUND_RULE = f"the bound is {HANG_STEP_TIME_FACTOR} x the slowest recent step, kept between the floor and the ceiling"
+
+
+def hang_bound(floor_s: float, ceiling_s: float, slowest_step_s: float | None) -> float:
+    """Seconds without progress that count as a hang (HANG_BOUND_RULE); the floor before a step was timed."""
+    derived = HANG_STEP_TIME_FACTOR * slowest_step_s if slowest_step_s is not None else floor_s
+    return min(ceiling_s, max(floor_s, derived))
+
 
 # The container paths of the three volumes.
 DATA_MOUNT = "/data"
@@ -169,8 +205,7 @@ PET_MAX_RESTARTS = EnvVar("PET_MAX_RESTARTS", "= MAX_RESTARTS")
 # --- the hang watch (trainer/hang_watch.py) --------------------------------------------------
 HANG_TIMEOUT_FLOOR = EnvVar(
     "HANG_TIMEOUT_FLOOR",
-    "seconds: the least time without training progress that counts as a hang (the bound is 10 x the slowest "
-    "recent step, kept between the floor and the ceiling)",
+    f"seconds: the least time without training progress that counts as a hang ({HANG_BOUND_RULE})",
     required=False,
 )
 HANG_TIMEOUT_CEILING = EnvVar(

@@ -3,9 +3,9 @@
 A rank that stops making progress (a stuck GPU or NIC, a frozen process) stalls every other rank
 in its next collective until `--pg-timeout` (30 minutes by default). Here every training process
 watches its own progress from a thread: the loop marks each finished step, and when a rank has
-made no progress for longer than its bound (10 x the slowest recent step, kept between a floor and
-a ceiling), it exits with EXIT_HUNG. torchrun then restarts the world, which re-forms and resumes
-from the newest checkpoint. A rank whose process is frozen cannot exit by itself: its torchrun
+made no progress for longer than its bound (contract.hang_bound: a multiple of the slowest recent
+step, kept between a floor and a ceiling), it exits with EXIT_HUNG. torchrun then restarts the
+world, which re-forms and resumes from the newest checkpoint. A rank whose process is frozen cannot exit by itself: its torchrun
 stops it when the others re-form the world.
 
 So that the log says which rank hung, each rank publishes a heartbeat (its last finished step,
@@ -36,9 +36,6 @@ from trainer import contract as c
 # torchrun restarts the world (the same status timeout(1) gives a command it ended).
 EXIT_HUNG = 124
 
-DEFAULT_FLOOR_SECONDS = 30.0
-DEFAULT_CEILING_SECONDS = 120.0
-STEP_TIME_FACTOR = 10  # the bound: this many times the slowest of the recent steps
 RECENT_STEPS = 50
 STORE_TIMEOUT = timedelta(seconds=5)
 # A rank slower than the others' median by this factor (in its own forward passes) is a straggler.
@@ -47,8 +44,8 @@ STRAGGLER_FACTOR = 1.5
 
 @dataclass(frozen=True)
 class HangLimits:
-    floor_s: float = DEFAULT_FLOOR_SECONDS
-    ceiling_s: float = DEFAULT_CEILING_SECONDS  # 0: no hang detection
+    floor_s: float = float(c.HANG_FLOOR_SECONDS)
+    ceiling_s: float = float(c.HANG_CEILING_SECONDS)  # 0: no hang detection
 
     @property
     def enabled(self) -> bool:
@@ -56,14 +53,13 @@ class HangLimits:
 
     def bound(self, slowest_step_s: float | None) -> float:
         """Seconds without progress that count as a hang, given the slowest recent step."""
-        derived = STEP_TIME_FACTOR * slowest_step_s if slowest_step_s is not None else self.floor_s
-        return min(self.ceiling_s, max(self.floor_s, derived))
+        return c.hang_bound(self.floor_s, self.ceiling_s, slowest_step_s)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "HangLimits":
         env = os.environ if env is None else env
-        floor = env.get(c.HANG_TIMEOUT_FLOOR.name) or DEFAULT_FLOOR_SECONDS
-        ceiling = env.get(c.HANG_TIMEOUT_CEILING.name) or DEFAULT_CEILING_SECONDS
+        floor = env.get(c.HANG_TIMEOUT_FLOOR.name) or c.HANG_FLOOR_SECONDS
+        ceiling = env.get(c.HANG_TIMEOUT_CEILING.name) or c.HANG_CEILING_SECONDS
         return cls(float(floor), float(ceiling))
 
 

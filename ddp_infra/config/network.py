@@ -88,26 +88,26 @@ class RendezvousConfig(Model):
         "rendezvous standing and its replacement joins it. pod-0: on pod 0's torchrun, no extra pod; losing pod 0 breaks "
         "up the world until its replacement is back.",
     )  # fmt: skip
-    join_timeout_seconds: int = Field(1800, ge=30, le=86400, description="Seconds to wait for the whole world.")
-    read_timeout_seconds: int = Field(120, ge=10, le=3600, description="c10d store read timeout.")
-    last_call_timeout_seconds: int = Field(30, ge=1, le=3600, description="Wait for late joiners.")
-    close_timeout_seconds: int = Field(30, ge=1, le=3600, description="Wait for the rendezvous to close.")
+    join_timeout_seconds: int = Field(contract.STACK_JOIN_TIMEOUT_SECONDS, ge=30, le=86400, description="Seconds to wait for the whole world.")
+    read_timeout_seconds: int = Field(contract.READ_TIMEOUT_SECONDS, ge=10, le=3600, description="c10d store read timeout.")
+    last_call_timeout_seconds: int = Field(contract.LAST_CALL_TIMEOUT_SECONDS, ge=1, le=3600, description="Wait for late joiners.")
+    close_timeout_seconds: int = Field(contract.CLOSE_TIMEOUT_SECONDS, ge=1, le=3600, description="Wait for the rendezvous to close.")
     keep_alive_interval_seconds: int = Field(
-        1, ge=1, le=60,
+        contract.KEEP_ALIVE_INTERVAL_SECONDS, ge=1, le=60,
         description="Seconds between a pod's rendezvous heartbeats (RDZV_KEEP_ALIVE_INTERVAL). A lost pod counts as gone after "
         "keepAliveMaxAttempts missed ones, and only then is its replacement let into the world (torchrun's defaults, 5 s and 3, "
         "make that 15 s). Each heartbeat writes the rendezvous state on the store: raise it for worlds of hundreds of pods.",
     )  # fmt: skip
     keep_alive_max_attempts: int = Field(
-        contract.KEEP_ALIVE_MAX_ATTEMPTS, ge=2, le=100,
+        contract.KEEP_ALIVE_MAX_ATTEMPTS, ge=contract.KEEP_ALIVE_MIN_ATTEMPTS, le=100,
         description="Heartbeats a pod may miss before the rendezvous counts it as gone and the world re-forms without it "
         "(RDZV_KEEP_ALIVE_MAX_ATTEMPTS, torchrun's keep_alive_max_attempt). torchrun's 3 drops live pods whose heartbeat comes "
         "late on a busy node; fewer lets a killed pod's spare or replacement in sooner.",
     )  # fmt: skip
     master_wait_timeout_seconds: int = Field(
-        600, ge=10, le=86400, description="Seconds the preflight waits for pod 0's DNS name and port."
+        contract.MASTER_WAIT_TIMEOUT_SECONDS, ge=10, le=86400, description="Seconds the preflight waits for pod 0's DNS name and port."
     )
-    max_restarts: int = Field(3, ge=0, le=100, description="torchrun --max-restarts of the whole world.")
+    max_restarts: int = Field(contract.WORLD_MAX_RESTARTS, ge=0, le=100, description="torchrun --max-restarts of the whole world.")
 
     @model_validator(mode="after")
     def _etcd_needs_an_endpoint(self) -> "RendezvousConfig":

@@ -26,11 +26,11 @@ _DAY = 86400
 
 class HangTimeoutConfig(Model):
     floor_seconds: int = Field(
-        30, ge=5, le=3600,
-        description="HANG_TIMEOUT_FLOOR: the least time without training progress that counts as a hang (the bound is 10 x the slowest recent step, kept between floor and ceiling).",
+        contract.HANG_FLOOR_SECONDS, ge=5, le=3600,
+        description=f"HANG_TIMEOUT_FLOOR: the least time without training progress that counts as a hang ({contract.HANG_BOUND_RULE}).",
     )
     ceiling_seconds: int = Field(
-        120, ge=0, le=_DAY,
+        contract.HANG_CEILING_SECONDS, ge=0, le=_DAY,
         description="HANG_TIMEOUT_CEILING: the most time without training progress before the world is torn down and re-formed from its newest checkpoint. 0: no hang detection.",
     )
 

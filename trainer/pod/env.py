@@ -16,16 +16,9 @@ from typing import Mapping
 
 from trainer import contract as c
 
-DEFAULT_MASTER_WAIT_TIMEOUT = 600.0
-DEFAULT_SHUTDOWN_TIMEOUT = 30  # torchrun's own default
-DEFAULT_JOIN_TIMEOUT = 600
-DEFAULT_READ_TIMEOUT = 120  # torchrun's own default (60 s) is too short for slow pod starts
-DEFAULT_LAST_CALL_TIMEOUT = 30
-DEFAULT_CLOSE_TIMEOUT = 30
-# torchrun's own 5 s (x 3 missed beats) keeps a lost pod in the rendezvous, and its replacement
-# out of the next world, for 15 s; here it is 1 s x contract.KEEP_ALIVE_MAX_ATTEMPTS.
-DEFAULT_KEEP_ALIVE_INTERVAL = 1
-DEFAULT_MAX_RESTARTS = 3
+# The pod's own: the stack derives SHUTDOWN_TIMEOUT from the termination grace period, so without it
+# torchrun's own default applies. The other fallbacks are the contract's (trainer/contract.py).
+DEFAULT_SHUTDOWN_TIMEOUT = 30
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", re.IGNORECASE)
 _RDZV_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -258,20 +251,9 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
         below = f"{c.NNODES.name}={nnodes}" if not spares else f"{c.NNODES.name} + {c.SPARE_PODS.name} = {nnodes + spares}"
         r.problem(rank_source, str(node_rank), f"a node rank below {below}")
     endpoint = _endpoint(r, master_addr, master_port)
-    timeouts = Timeouts(
-        join=r.integer(c.RDZV_JOIN_TIMEOUT.name, 1) or DEFAULT_JOIN_TIMEOUT,
-        read=r.integer(c.RDZV_READ_TIMEOUT.name, 1, required=False, default=DEFAULT_READ_TIMEOUT) or DEFAULT_READ_TIMEOUT,
-        last_call=r.integer(c.RDZV_LAST_CALL_TIMEOUT.name, 1, required=False, default=DEFAULT_LAST_CALL_TIMEOUT)
-        or DEFAULT_LAST_CALL_TIMEOUT,
-        close=r.integer(c.RDZV_CLOSE_TIMEOUT.name, 1, required=False, default=DEFAULT_CLOSE_TIMEOUT)
-        or DEFAULT_CLOSE_TIMEOUT,
-        keep_alive=r.integer(c.RDZV_KEEP_ALIVE_INTERVAL.name, 1, required=False, default=DEFAULT_KEEP_ALIVE_INTERVAL)
-        or DEFAULT_KEEP_ALIVE_INTERVAL,
-        keep_alive_max_attempts=r.integer(c.RDZV_KEEP_ALIVE_MAX_ATTEMPTS.name, 2, required=False, default=c.KEEP_ALIVE_MAX_ATTEMPTS)
-        or c.KEEP_ALIVE_MAX_ATTEMPTS,
-    )
+    timeouts = _timeouts(r)
     max_restarts = r.integer(c.MAX_RESTARTS.name, 0)
-    wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, DEFAULT_MASTER_WAIT_TIMEOUT)
+    wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, float(c.MASTER_WAIT_TIMEOUT_SECONDS))
     shutdown = r.integer(c.SHUTDOWN_TIMEOUT.name, 0, required=False, default=DEFAULT_SHUTDOWN_TIMEOUT)
     liveness_port = r.port(c.LIVENESS_PORT.name, required=False)
     # read by the training processes (trainer/hang_watch.py): checked here, before torchrun starts them
@@ -289,6 +271,26 @@ def _resolve_contract(env: Mapping[str, str], hostname: str) -> PodWorld:
         shutdown_timeout=shutdown, rank_source=rank_source, scheme="contract", run_name=env.get(c.RUN_NAME.name),
         min_nodes=min_nodes, spare_pods=spares, liveness_port=liveness_port,
     )  # fmt: skip
+
+
+def _timeouts(r: _Reader) -> Timeouts:
+    """The rendezvous's timeouts and heartbeat: each optional one unset is the contract's default.
+
+    RDZV_JOIN_TIMEOUT is required: a pod without it fails with the other problems, before its
+    world is used.
+    """
+
+    def optional(var: c.EnvVar, default: int, minimum: int = 1) -> int:
+        return r.integer(var.name, minimum, required=False, default=default)
+
+    return Timeouts(
+        join=r.integer(c.RDZV_JOIN_TIMEOUT.name, 1),
+        read=optional(c.RDZV_READ_TIMEOUT, c.READ_TIMEOUT_SECONDS),
+        last_call=optional(c.RDZV_LAST_CALL_TIMEOUT, c.LAST_CALL_TIMEOUT_SECONDS),
+        close=optional(c.RDZV_CLOSE_TIMEOUT, c.CLOSE_TIMEOUT_SECONDS),
+        keep_alive=optional(c.RDZV_KEEP_ALIVE_INTERVAL, c.KEEP_ALIVE_INTERVAL_SECONDS),
+        keep_alive_max_attempts=optional(c.RDZV_KEEP_ALIVE_MAX_ATTEMPTS, c.KEEP_ALIVE_MAX_ATTEMPTS, c.KEEP_ALIVE_MIN_ATTEMPTS),
+    )
 
 
 def _world_size(r: _Reader, nnodes: int | None, min_nodes: int | None, nproc: int | None) -> int | None:
@@ -411,7 +413,7 @@ def _resolve_seed000(env: Mapping[str, str], hostname: str) -> PodWorld:
     master = None
     if workload and service:
         master = r.host(c.POD_NAME.name, c.master_dns_name(workload, service))
-    wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, DEFAULT_MASTER_WAIT_TIMEOUT)
+    wait = r.seconds(c.MASTER_WAIT_TIMEOUT.name, float(c.MASTER_WAIT_TIMEOUT_SECONDS))
     shutdown = r.integer(c.SHUTDOWN_TIMEOUT.name, 0, required=False, default=DEFAULT_SHUTDOWN_TIMEOUT)
     if r.problems:
         raise WorldError(r.problems)
@@ -421,9 +423,9 @@ def _resolve_seed000(env: Mapping[str, str], hostname: str) -> PodWorld:
         master_addr=master, master_port=port, rdzv_backend="c10d", rdzv_id=rdzv_id,
         rdzv_endpoint=f"{master}:{port}",
         timeouts=Timeouts(
-            DEFAULT_JOIN_TIMEOUT, DEFAULT_READ_TIMEOUT, DEFAULT_LAST_CALL_TIMEOUT, DEFAULT_CLOSE_TIMEOUT, DEFAULT_KEEP_ALIVE_INTERVAL,
-            c.KEEP_ALIVE_MAX_ATTEMPTS,
+            c.SEED_000_JOIN_TIMEOUT_SECONDS, c.READ_TIMEOUT_SECONDS, c.LAST_CALL_TIMEOUT_SECONDS, c.CLOSE_TIMEOUT_SECONDS,
+            c.KEEP_ALIVE_INTERVAL_SECONDS, c.KEEP_ALIVE_MAX_ATTEMPTS,
         ),
-        max_restarts=DEFAULT_MAX_RESTARTS, master_wait_timeout=wait, shutdown_timeout=shutdown,
+        max_restarts=c.WORLD_MAX_RESTARTS, master_wait_timeout=wait, shutdown_timeout=shutdown,
         rank_source=source, scheme="seed-000", run_name=env.get(c.RUN_NAME.name),
     )  # fmt: skip
