@@ -110,7 +110,8 @@ class World:
 
     @property
     def has_rendezvous_store(self) -> bool:
-        """The c10d store runs in a pod of its own (ddp_infra/rendezvous_store.py), not on pod 0."""
+        """The stack runs the c10d store in a pod of its own (ddp_infra/rendezvous_store.py); etcd-v2's
+        is the user's, and config.rendezvous.store_on_pod_0 says where no store pod is needed."""
         rendezvous = self.config.rendezvous
         return rendezvous.backend == "c10d" and rendezvous.store == "own-pod"
 
@@ -125,7 +126,7 @@ class World:
         rendezvous = self.config.rendezvous
         if rendezvous.endpoint:
             return rendezvous.endpoint
-        host = self.rendezvous_store_name if self.has_rendezvous_store else self.master_addr
+        host = self.master_addr if rendezvous.store_on_pod_0 else self.rendezvous_store_name
         return f"{host}:{self.rendezvous_port}"
 
     @property

@@ -189,6 +189,19 @@ def test_with_the_store_on_pod_0_pod_0_hosts_it_and_the_others_wait_for_pod_0(ki
         assert f"is_host={int(index == 0)}" in conf
 
 
+@pytest.mark.parametrize(
+    ("rendezvous", "on_pod_0"),
+    [({}, False), ({"store": "pod-0"}, True), ({"backend": "static"}, True),
+     ({"backend": "etcd-v2", "endpoint": "etcd.ml.svc:2379"}, False)],
+)  # fmt: skip
+def test_both_sides_place_the_store_by_the_contracts_rule(rendezvous, on_pod_0):
+    parsed, world = configured("dev", nodes="2", **{f"rendezvous__{key}": value for key, value in rendezvous.items()})
+    pod, hostname = pod_of(world, 0)
+    seen = resolve_world(kubelet_env(infra_pod.pod_env(world), pod, {}), hostname)
+    assert parsed.rendezvous.store_on_pod_0 is seen.hosts_rendezvous is on_pod_0
+    assert (world.rdzv_endpoint == f"{world.master_addr}:{world.rendezvous_port}") is on_pod_0
+
+
 def test_the_store_pod_runs_the_trainers_store_where_the_pods_look_for_it():
     _, world = configured("dev")
     (container,) = rendezvous_store.deployment_manifest(world)["spec"]["template"]["spec"]["containers"]

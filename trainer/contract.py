@@ -70,6 +70,14 @@ def hang_bound(floor_s: float, ceiling_s: float, slowest_step_s: float | None) -
     return min(ceiling_s, max(floor_s, derived))
 
 
+def store_on_pod_0(backend: str | None, apart: bool) -> bool:
+    """Whether node 0's torchrun agent hosts the rendezvous store, so that no world forms without pod 0.
+
+    static's store always is; c10d's unless it is `apart` (the stack's `rendezvous.store: own-pod`,
+    the pod's RDZV_ENDPOINT other than MASTER_ADDR:MASTER_PORT); etcd-v2 keeps its own.
+    """
+    return backend == "static" or (backend == "c10d" and not apart)
+
 # The container paths of the three volumes.
 DATA_MOUNT = "/data"
 OUT_MOUNT = "/out"

@@ -109,6 +109,11 @@ class RendezvousConfig(Model):
     )
     max_restarts: int = Field(contract.WORLD_MAX_RESTARTS, ge=0, le=100, description="torchrun --max-restarts of the whole world.")
 
+    @property
+    def store_on_pod_0(self) -> bool:
+        """The contract's store_on_pod_0: no world forms without pod 0 (backend static, or c10d with store pod-0)."""
+        return contract.store_on_pod_0(self.backend, apart=self.store == "own-pod")
+
     @model_validator(mode="after")
     def _etcd_needs_an_endpoint(self) -> "RendezvousConfig":
         if self.backend == "etcd-v2" and self.endpoint is None:

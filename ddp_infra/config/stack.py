@@ -327,11 +327,9 @@ _RENDEZVOUS_APART = "rendezvous.backend c10d with store own-pod (the defaults), 
 
 
 def _rendezvous_on_pod_0(valid: dict[str, Any]) -> str | None:
-    """The setting that puts the rendezvous on pod 0, so that no world forms without it
-    ("backend static" or "store pod-0"); None where it lives apart."""
+    """The setting that puts the store on pod 0 (RendezvousConfig.store_on_pod_0), so that no world
+    forms without it ("backend static" or "store pod-0"); None where it lives apart."""
     rendezvous = valid.get("rendezvous")
-    if rendezvous is None:
+    if rendezvous is None or not rendezvous.store_on_pod_0:
         return None
-    if rendezvous.backend == "static":
-        return "backend static"
-    return "store pod-0" if rendezvous.backend == "c10d" and rendezvous.store == "pod-0" else None
+    return "backend static" if rendezvous.backend == "static" else "store pod-0"

@@ -320,9 +320,8 @@ def _check_rendezvous_apart(
 
 
 def _store_on_pod_0(backend: str | None, endpoint: str | None, master_addr: str | None, master_port: int | None) -> bool:
-    """Node 0's agent hosts the store: static's always, c10d's unless the endpoint is another
-    address than node 0's (a store of its own)."""
-    return backend == "static" or (backend == "c10d" and endpoint == f"{master_addr}:{master_port}")
+    """The contract's store_on_pod_0, where a store apart is an endpoint other than node 0's address."""
+    return c.store_on_pod_0(backend, apart=endpoint != f"{master_addr}:{master_port}")
 
 
 def _rdzv_id(r: _Reader, value: str | None) -> str | None:
