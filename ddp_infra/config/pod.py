@@ -53,8 +53,17 @@ NOT_A_JOB_CONTROLLER_LABEL = (
 )
 
 
-def is_job_controller_label(key: str) -> bool:
-    return key in JOB_CONTROLLER_LABELS or key.startswith(JOB_CONTROLLER_LABEL_PREFIX)
+NOT_A_PROGRAM_LABEL = f"a key outside {RESERVED_LABEL_PREFIX} (the program sets those and selects on them)"
+
+
+def label_key_problem(key: str) -> str | None:
+    """What a label key the user sets on the pods must be instead (None where it may be set): the
+    program's own keys and the Job controller's are theirs."""
+    if key.startswith(RESERVED_LABEL_PREFIX):
+        return NOT_A_PROGRAM_LABEL
+    if key in JOB_CONTROLLER_LABELS or key.startswith(JOB_CONTROLLER_LABEL_PREFIX):
+        return NOT_A_JOB_CONTROLLER_LABEL
+    return None
 
 
 # Pod spec fields that have a config key of their own, so that each has one source of truth.
@@ -102,10 +111,8 @@ def owned_paths_in(patch: dict[str, Any]) -> Iterator[tuple[tuple[str | int, ...
             yield path, "an object" if kind is dict else "a list"
         return
     for key in metadata.get("labels") or {}:
-        if key.startswith(RESERVED_LABEL_PREFIX):
-            yield ("metadata", "labels", key), f"a label outside {RESERVED_LABEL_PREFIX} (the program sets those and selects on them)"
-        elif is_job_controller_label(key):
-            yield ("metadata", "labels", key), NOT_A_JOB_CONTROLLER_LABEL
+        if allowed := label_key_problem(key):
+            yield ("metadata", "labels", key), allowed
     for key in spec:
         if key in CONFIGURED_SPEC_FIELDS:
             yield ("spec", key), f"no value here: set {CONFIGURED_SPEC_FIELDS[key]}"

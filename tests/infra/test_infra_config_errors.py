@@ -385,3 +385,27 @@ def test_a_number_that_is_no_quantity_of_its_field_is_refused(value):
     evaluation = harness.evaluate(malformed({"resources": {"extended": {"example.com/fpga": value}}}))
     (problem,) = evaluation.error.problems
     assert problem.key == 'ddp-infra:resources.extended["example.com/fpga"]' and "whole number" in problem.allowed, str(problem)
+
+
+@pytest.mark.parametrize("label", ["app.kubernetes.io/instance", "job-name", "batch.kubernetes.io/job-name"])
+def test_the_stacks_labels_and_a_template_patchs_are_held_to_one_label_key_rule(label):
+    in_labels = harness.evaluate(malformed({"labels": {label: "other"}})).error.problems
+    in_patch = harness.evaluate(malformed({"pod.templatePatch": {"metadata": {"labels": {label: "other"}}}})).error.problems
+    assert [problem.allowed for problem in in_labels] == [problem.allowed for problem in in_patch]
+
+
+def test_rules_about_several_keys_report_in_the_order_of_their_rules():
+    changes = {
+        "gpusPerNode": 4, "procsPerNode": 2, "nodes": "3", "storage.outputs.accessMode": "ReadWriteOncePod",
+        "shmSize": "8Gi", "resources.limits.memory": "4Gi", "network.infiniband": True,
+        "resources.extended": {"rdma/hca_shared_devices_a": 1}, "workload.kind": "jobset", "workload.name": "a" * 50,
+        "rendezvous.store": "pod-0", "workload.sparePods": 2, "workload.liveness.port": 29500,
+        "network.secondaryNetworks": ["ib-rail-0"], "annotations": {"k8s.v1.cni.cncf.io/networks": "x"},
+        "labels": {"app.kubernetes.io/x": "y", "job-name": "z", "ok": "1"}, "env": {"NNODES": "3", "FOO": "1"},
+    }  # fmt: skip
+    keys = [problem.key.removeprefix("ddp-infra:") for problem in harness.evaluate(malformed(changes)).error.problems]
+    assert keys == [
+        "procsPerNode", "storage.outputs.accessMode", "shmSize", 'resources.extended["rdma/hca_shared_devices_a"]',
+        "workload.name", "workload.liveness.port", "workload.sparePods", 'annotations["k8s.v1.cni.cncf.io/networks"]',
+        'labels["app.kubernetes.io/x"]', "labels.job-name", "env.NNODES",
+    ]  # fmt: skip
