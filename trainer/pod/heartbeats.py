@@ -9,8 +9,8 @@ two apart.
 
 Dropping a member of the world does not end the world: torchrun's agents restart their workers
 only for a node waiting to join, or for a worker that failed. The survivors' workers then wait in a
-collective for the lost one until something ends them: a spare joining, the hang watch (30 s at
-least), or the process group's timeout. So an agent whose world has lost a member counts a node
+collective for the lost one until something ends them: a spare joining, the hang watch (its floor,
+contract.HANG_FLOOR_SECONDS, at least), or the process group's timeout. So an agent whose world has lost a member counts a node
 waiting, and restarts its workers at once: the world re-forms without the lost pod (an elastic
 world smaller, a world with a spare with it, another waits for the lost pod's replacement).
 """
