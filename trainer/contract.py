@@ -1,8 +1,8 @@
 """The env contract between the Pulumi program (ddp_infra) and the training image (trainer).
 
 This module is the one place where the names of the environment variables a training pod
-receives are written down. The Pulumi program imports it to build the pod env; the image's
-entrypoint imports it to read that env. It uses the standard library only, so the image
+receives are written down, and the defaults and rules both sides read. The Pulumi program imports
+it to build the pod env; the image's entrypoint imports it to read that env. It uses the standard library only, so the image
 needs nothing from the infrastructure side and the infrastructure nothing from torch.
 
 Meanings (one meaning each, everywhere):
@@ -34,7 +34,7 @@ JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 # and the pod (trainer/pod/env.py, trainer/hang_watch.py) falls back on it where a variable is
 # unset, so the two cannot drift apart (tests/test_contract_defaults.py holds both sides to it).
 
-# The rendezvous, in seconds. torchrun's own last-call and close timeouts.
+# The rendezvous's timeouts, in seconds (last call and close are torchrun's own).
 READ_TIMEOUT_SECONDS = 120  # torchrun's own 60 s is too short for slow pod starts
 LAST_CALL_TIMEOUT_SECONDS = 30
 CLOSE_TIMEOUT_SECONDS = 30
@@ -77,6 +77,7 @@ def store_on_pod_0(backend: str | None, apart: bool) -> bool:
     the pod's RDZV_ENDPOINT other than MASTER_ADDR:MASTER_PORT); etcd-v2 keeps its own.
     """
     return backend == "static" or (backend == "c10d" and not apart)
+
 
 # The container paths of the three volumes.
 DATA_MOUNT = "/data"
