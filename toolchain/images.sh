@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One script, past 400 lines, on purpose: the three images' keys are computed together from the
+# One script, past 350 lines, on purpose: the three images' keys are computed together from the
 # build functions' own text, which must then live beside each other in this file.
 #
 # Builds the container images of the local test cluster without a registry or a Docker engine
@@ -210,89 +210,11 @@ build_trainer() {
   export_image "$trainer_ref" "$trainer_tar"
 }
 
-# Prints one line per file of the build context DIR (what `buildah bud DIR` sends after
-# .containerignore or .dockerignore, with Docker's pattern rules: `**`, `!` exceptions, a match
-# on a parent directory excludes what is under it): path, executable bit, sha256. The ignore
-# file and the Dockerfile themselves come first, sent or not.
+# What the trainer's key covers of its build context DIR: one line per file that `buildah bud`
+# sends, and the ignore file and the Dockerfile (toolchain/build_context_digest.py). The digest's
+# output is in the key, not its code: a change to it that changes no line changes no image.
 context_digest() {
-  python3 - "$1" <<'PY'
-import hashlib, os, re, sys
-
-top = sys.argv[1]
-
-def sha(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-def regex(pattern):
-    out, i = "", 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if pattern.startswith("**", i):
-            i += 2
-            if pattern.startswith("/", i):
-                out, i = out + "(?:.*/)?", i + 1
-            else:
-                out += ".*"
-            continue
-        if ch == "*":
-            out += "[^/]*"
-        elif ch == "?":
-            out += "[^/]"
-        elif ch == "[":
-            end = pattern.find("]", i + 1)
-            if end < 0:
-                out += re.escape(ch)
-            else:
-                body = pattern[i + 1:end].replace("\\", "\\\\")
-                out += "[" + ("^" + body[1:] if body[:1] in "^!" and body else body) + "]"
-                i = end
-        elif ch == "\\" and i + 1 < len(pattern):
-            i += 1
-            out += re.escape(pattern[i])
-        else:
-            out += re.escape(ch)
-        i += 1
-    return re.compile(out)
-
-ignore_file = next((n for n in (".containerignore", ".dockerignore") if os.path.isfile(os.path.join(top, n))), None)
-rules = []
-for name in (ignore_file, "Dockerfile"):
-    if name:
-        print("build-file", name, sha(os.path.join(top, name)))
-if ignore_file:
-    for line in open(os.path.join(top, ignore_file), encoding="utf-8"):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        negate = line.startswith("!")
-        pattern = os.path.normpath(line.lstrip("!").strip()).lstrip("/")
-        rules.append((negate, regex(pattern)))
-
-def ignored(rel):
-    parts = rel.split("/")
-    candidates = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
-    result = False
-    for negate, rx in rules:
-        if any(rx.fullmatch(c) for c in candidates):
-            result = not negate
-    return result
-
-for dirpath, dirnames, filenames in os.walk(top):
-    dirnames.sort()
-    for name in sorted(filenames):
-        path = os.path.join(dirpath, name)
-        rel = os.path.relpath(path, top).replace(os.sep, "/")
-        if ignored(rel):
-            continue
-        if os.path.islink(path):
-            print("link", rel, os.readlink(path))
-        elif os.path.isfile(path):
-            print("file", rel, int(os.access(path, os.X_OK)), sha(path))
-PY
+  python3 "$here/build_context_digest.py" "$1"
 }
 
 hash16() { sha256sum | cut -c1-16; }
