@@ -154,6 +154,14 @@ class Evaluation:
         (container,) = self.pod_spec["containers"]
         return container
 
+    @property
+    def env(self) -> dict[str, dict[str, Any]]:
+        """The trainer's env by name, each variable as the pod spec holds it (`value` or `valueFrom`).
+        A name set twice fails the test: Kubernetes would keep the later one without a word."""
+        names = [var["name"] for var in self.container["env"]]
+        assert len(names) == len(set(names)), f"duplicate env names: {names}"
+        return {var["name"]: var for var in self.container["env"]}
+
 
 def validate_manifest(manifest: dict[str, Any]) -> None:
     """Against Kubernetes' own schemas. kubernetes_validate has none for a JobSet (test_real_apiserver
@@ -188,6 +196,14 @@ def stack_config_with(stack: str, **changes: Any) -> dict[str, Any]:
     for path, value in changes.items():
         values = with_path(values, path.replace("__", "."), value)
     return values
+
+
+def evaluated_with(stack: str, /, **changes: Any) -> Evaluation:
+    """A committed stack file with `pulumi config set --path` changes (written as stack_config_with
+    takes them), evaluated afresh; it must evaluate without an error."""
+    evaluation = evaluate(stack_config_with(stack, **changes), stack=stack)
+    assert evaluation.error is None, str(evaluation.error)
+    return evaluation
 
 
 def engine_config(values: dict[str, Any]) -> dict[str, str]:

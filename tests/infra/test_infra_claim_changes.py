@@ -13,12 +13,6 @@ from ddp_infra.config import StorageConfig
 KEY = "ddp-infra:storage.outputs"
 
 
-def _deployed(**changes) -> harness.Evaluation:
-    evaluation = harness.evaluate(harness.stack_config_with("dev", **changes))
-    assert evaluation.error is None, str(evaluation.error)
-    return evaluation
-
-
 def _redeployed(previous: harness.Evaluation, **changes) -> harness.Evaluation:
     """The dev stack with `changes`, evaluated as the engine would after `previous` was deployed."""
     return harness.evaluate(harness.stack_config_with("dev", **changes), previous_outputs=previous.outputs)
@@ -26,7 +20,7 @@ def _redeployed(previous: harness.Evaluation, **changes) -> harness.Evaluation:
 
 @pytest.fixture(scope="module")
 def deployed() -> harness.Evaluation:
-    return _deployed(storage__outputs__storageClass="standard")
+    return harness.evaluated_with("dev", storage__outputs__storageClass="standard")
 
 
 @pytest.mark.parametrize(
@@ -80,7 +74,7 @@ def test_the_recorded_claims_are_those_the_stack_creates(deployed):
     assert recorded["outputs"] == {
         "claim": "ddp-dev/outputs-pvc", "storageClass": "standard", "accessMode": "ReadWriteOnce", "size": "5Gi",
     }  # fmt: skip
-    existing = _deployed(storage__datasets={"create": False, "claimName": "shared-data"})
+    existing = harness.evaluated_with("dev", storage__datasets={"create": False, "claimName": "shared-data"})
     assert set(existing.outputs[claim_changes.CLAIMS_OUTPUT]) == {"outputs"}  # a mounted claim is not the stack's
 
 

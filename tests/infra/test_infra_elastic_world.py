@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra_harness import evaluate, evaluated, stack_config_with
+from infra_harness import evaluated, evaluated_with
 
 JOB = "kubernetes:batch/v1:Job"
 JOBSET = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
@@ -16,10 +16,6 @@ POD_GROUP = "kubernetes:scheduling.volcano.sh/v1beta1:PodGroup"
 
 def without(spec: dict, *keys: str) -> dict:
     return {key: value for key, value in spec.items() if key not in keys}
-
-
-def env_of(evaluation) -> dict[str, str]:
-    return {var["name"]: var.get("value") for var in evaluation.container["env"]}
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -54,29 +50,26 @@ def test_an_elastic_jobsets_job_replaces_lost_pods_instead_of_the_jobset_restart
     ("4", 1, 3),
 ])  # fmt: skip
 def test_the_disruption_budget_never_lets_a_drain_take_an_elastic_world_below_its_minimum(nodes, max_unavailable, min_available):
-    values = stack_config_with("dev", nodes=nodes, workload__kind="job", workload__maxUnavailable=str(max_unavailable))
-    evaluation = evaluate(values)
-    assert evaluation.error is None, str(evaluation.error)
+    evaluation = evaluated_with("dev", nodes=nodes, workload__kind="job", workload__maxUnavailable=str(max_unavailable))
     assert evaluation.one(BUDGET).manifest["spec"]["minAvailable"] == min_available
 
 
 @pytest.mark.parametrize("kind", ["job", "jobset"])
 def test_the_range_reaches_the_env_outputs_and_rendezvous_id(kind):
     evaluation = evaluated("prod", "32:64", kind)
-    env = env_of(evaluation)
-    procs = int(env["NPROC_PER_NODE"])
-    assert (env["NNODES"], env["PET_NNODES"]) == ("32:64", "32:64")
-    assert env["WORLD_SIZE"] == f"{32 * procs}:{64 * procs}"
+    env = evaluation.env
+    procs = int(env["NPROC_PER_NODE"]["value"])
+    assert (env["NNODES"]["value"], env["PET_NNODES"]["value"]) == ("32:64", "32:64")
+    assert env["WORLD_SIZE"]["value"] == f"{32 * procs}:{64 * procs}"
     assert (evaluation.outputs["nodes"], evaluation.outputs["worldSize"]) == ("32:64", f"{32 * procs}:{64 * procs}")
-    assert env["RDZV_ID"].endswith(f"-32-64x{procs}")
+    assert env["RDZV_ID"]["value"].endswith(f"-32-64x{procs}")
     fixed = evaluated("prod", 64, kind)
     assert (fixed.outputs["nodes"], fixed.outputs["worldSize"]) == (64, 64 * procs)
 
 
 def test_volcano_admits_an_elastic_world_once_its_minimum_fits():
     def pod_group(nodes: str) -> dict:
-        evaluation = evaluate(stack_config_with("dev", nodes=nodes, workload__kind="job", scheduling__gang__scheduler="volcano"))
-        assert evaluation.error is None, str(evaluation.error)
+        evaluation = evaluated_with("dev", nodes=nodes, workload__kind="job", scheduling__gang__scheduler="volcano")
         return evaluation.one(POD_GROUP).manifest["spec"]
 
     elastic, of_its_minimum = pod_group("2:5"), pod_group("2")
@@ -86,9 +79,7 @@ def test_volcano_admits_an_elastic_world_once_its_minimum_fits():
 
 def test_kueue_may_admit_an_elastic_job_partly_down_to_its_minimum():
     def job(nodes: str) -> dict:
-        values = stack_config_with("dev", nodes=nodes, workload__kind="job", scheduling__gang={"scheduler": "kueue", "queue": "team-a"})
-        evaluation = evaluate(values)
-        assert evaluation.error is None, str(evaluation.error)
+        evaluation = evaluated_with("dev", nodes=nodes, workload__kind="job", scheduling__gang={"scheduler": "kueue", "queue": "team-a"})
         return evaluation.one(JOB).manifest
 
     elastic, fixed = job("2:5"), job("5")

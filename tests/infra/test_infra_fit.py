@@ -88,8 +88,7 @@ def test_taints_cordons_selectors_and_required_affinity_close_nodes_with_the_rea
 
 @pulumi.runtime.test
 def test_the_prod_world_is_counted_from_the_pod_template_the_program_makes():
-    evaluation = harness.evaluate(harness.stack_config_with("prod", nodes=3), stack="prod")
-    assert evaluation.error is None, evaluation.error
+    evaluation = harness.evaluated_with("prod", nodes=3)
     prod = PodAsk.of(evaluation.pod_template)
     # 96 CPUs, 1000Gi, 8 GPUs and one RDMA device each, on nodes labelled with GPUs, whose taint it tolerates
     assert prod.requests[GPU_RESOURCE] == 8 and prod.requests["memory"] == 1000 * GIB and prod.requests["pods"] == 1
@@ -122,9 +121,7 @@ def test_the_fit_check_counts_the_very_template_the_stack_runs_built_once(monkey
     monkeypatch.setattr(stack, "pod_security_level", recording("namespace", stack.pod_security_level))
     monkeypatch.setattr(gang, "pod_group_manifest", recording("pod group", gang.pod_group_manifest))
     monkeypatch.setattr(trainer, "workload_manifest", recording("workload", trainer.workload_manifest))
-    with_pod_group = harness.stack_config_with("prod", scheduling__gang={"scheduler": "volcano", "queue": "research"})
-    evaluation = harness.evaluate(with_pod_group, stack="prod")
-    assert evaluation.error is None, evaluation.error
+    evaluation = harness.evaluated_with("prod", scheduling__gang={"scheduler": "volcano", "queue": "research"})
     (template,) = built
     assert handed["namespace"] is template["spec"]
     for consumer in ("fit check", "pod group", "workload"):

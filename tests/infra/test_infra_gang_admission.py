@@ -26,17 +26,10 @@ SHIPPER = {"name": "log-shipper", "image": "fluent/fluent-bit:3.2", "resources":
 FETCH = {"name": "fetch", "image": "busybox", "resources": {"requests": {"cpu": "200", "memory": "64Mi"}}}
 
 
-def evaluate(kind: str, gang_config: dict, **changes) -> harness.Evaluation:
-    values = harness.stack_config_with("prod", workload__kind=kind, scheduling__gang=gang_config, **changes)
-    evaluation = harness.evaluate(values, stack="prod")
-    assert evaluation.error is None, str(evaluation.error)
-    return evaluation
-
-
 @pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
 @pulumi.runtime.test
 def test_with_kueue_the_workload_waits_suspended_in_its_queue(kind):
-    evaluation = evaluate(kind, {**KUEUE, "workloadPriorityClass": "high"})
+    evaluation = harness.evaluated_with("prod", workload__kind=kind, scheduling__gang={**KUEUE, "workloadPriorityClass": "high"})
     workload = evaluation.workload.manifest
     assert workload["metadata"]["labels"][gang.KUEUE_QUEUE_LABEL] == "team-a"
     assert workload["metadata"]["labels"][gang.KUEUE_PRIORITY_LABEL] == "high"
@@ -51,11 +44,11 @@ def test_with_kueue_the_workload_waits_suspended_in_its_queue(kind):
 @pulumi.runtime.test
 def test_a_topology_level_is_written_on_the_pod_template_for_kueue_to_place_the_world_within(kind, mode):
     level = "cloud.example.com/topology-block"
-    evaluation = evaluate(kind, KUEUE, scheduling__topology={"level": level, "mode": mode})
+    evaluation = harness.evaluated_with("prod", workload__kind=kind, scheduling__gang=KUEUE, scheduling__topology={"level": level, "mode": mode})
     annotations = evaluation.pod_template["metadata"]["annotations"]
     assert annotations[gang.KUEUE_TOPOLOGY_ANNOTATIONS[mode]] == level
     assert not [key for key in annotations if key.startswith("kueue.x-k8s.io/podset-") and key != gang.KUEUE_TOPOLOGY_ANNOTATIONS[mode]]
-    without = evaluate(kind, KUEUE).pod_template["metadata"].get("annotations", {})
+    without = harness.evaluated_with("prod", workload__kind=kind, scheduling__gang=KUEUE).pod_template["metadata"].get("annotations", {})
     assert not [key for key in without if key.startswith("kueue.x-k8s.io/podset-")]
     harness.validate_manifest(evaluation.workload.manifest)
 
@@ -64,20 +57,21 @@ def test_a_topology_level_is_written_on_the_pod_template_for_kueue_to_place_the_
 @pulumi.runtime.test
 def test_slices_of_the_world_are_written_for_kueue_to_place_each_within_a_lower_level(kind, spares):
     slice_ = {"level": "cloud.example.com/rack", "size": 2}
-    evaluation = evaluate(kind, KUEUE, nodes=8, workload__sparePods=spares,
-                          scheduling__topology={"level": "cloud.example.com/block", "slice": slice_})  # fmt: skip
+    evaluation = harness.evaluated_with("prod", workload__kind=kind, scheduling__gang=KUEUE, nodes=8, workload__sparePods=spares,
+                                        scheduling__topology={"level": "cloud.example.com/block", "slice": slice_})  # fmt: skip
     annotations = evaluation.pod_template["metadata"]["annotations"]
     assert annotations[gang.KUEUE_TOPOLOGY_ANNOTATIONS["required"]] == "cloud.example.com/block"
     assert annotations[gang.KUEUE_SLICE_LEVEL_ANNOTATION] == "cloud.example.com/rack"
     assert annotations[gang.KUEUE_SLICE_SIZE_ANNOTATION] == "2"
-    unsliced = evaluate(kind, KUEUE, nodes=8, scheduling__topology={"level": "cloud.example.com/block"}).pod_template["metadata"]["annotations"]
+    unsliced = harness.evaluated_with("prod", workload__kind=kind, scheduling__gang=KUEUE, nodes=8,
+                                      scheduling__topology={"level": "cloud.example.com/block"}).pod_template["metadata"]["annotations"]  # fmt: skip
     assert gang.KUEUE_SLICE_LEVEL_ANNOTATION not in unsliced and gang.KUEUE_SLICE_SIZE_ANNOTATION not in unsliced
 
 
 @pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
 @pulumi.runtime.test
 def test_without_gang_admission_nothing_of_kueue_or_volcano_is_written(kind):
-    evaluation = evaluate(kind, {"scheduler": "none"})
+    evaluation = harness.evaluated_with("prod", workload__kind=kind, scheduling__gang={"scheduler": "none"})
     workload = evaluation.workload.manifest
     assert "suspend" not in workload["spec"]
     assert not [key for key in workload["metadata"]["labels"] if key.startswith("kueue.x-k8s.io/")]
@@ -93,8 +87,8 @@ def test_with_the_kubernetes_scheduler_the_job_is_one_its_controller_makes_a_pod
     """The Job controller's WorkloadWithJob makes a PodGroup of all a Job's pods when the Job is
     Indexed, its parallelism equal to its completions and above 1 (test_cluster_workload_api.py);
     the stack writes nothing else for this scheduler."""
-    evaluation = evaluate(kind, {"scheduler": "kubernetes"}, nodes=64)
-    plain = evaluate(kind, {"scheduler": "none"}, nodes=64)
+    evaluation = harness.evaluated_with("prod", workload__kind=kind, scheduling__gang={"scheduler": "kubernetes"}, nodes=64)
+    plain = harness.evaluated_with("prod", workload__kind=kind, scheduling__gang={"scheduler": "none"}, nodes=64)
     workload = evaluation.workload.manifest
     job = workload["spec"] if kind == contract.INDEXED_JOB else workload["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert (job["completionMode"], job["parallelism"], job["completions"]) == ("Indexed", 64, 64)
@@ -105,7 +99,8 @@ def test_with_the_kubernetes_scheduler_the_job_is_one_its_controller_makes_a_pod
 @pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
 @pulumi.runtime.test
 def test_with_volcano_the_pods_are_one_pod_group_of_the_whole_world(kind):
-    evaluation = evaluate(kind, VOLCANO, scheduling__priorityClassName="training-high", nodes=64)
+    evaluation = harness.evaluated_with("prod", workload__kind=kind, scheduling__gang=VOLCANO,
+                                        scheduling__priorityClassName="training-high", nodes=64)  # fmt: skip
     group = evaluation.one(POD_GROUP)
     manifest = group.manifest
     assert evaluation.pod_spec["schedulerName"] == gang.VOLCANO_SCHEDULER
@@ -124,14 +119,18 @@ def test_with_volcano_the_pods_are_one_pod_group_of_the_whole_world(kind):
 
 @pulumi.runtime.test
 def test_the_pod_group_follows_the_size_of_the_world():
-    groups = [evaluate(contract.INDEXED_JOB, VOLCANO, nodes=nodes).one(POD_GROUP).manifest["spec"] for nodes in (2, 16)]
+    groups = [
+        harness.evaluated_with("prod", workload__kind=contract.INDEXED_JOB, scheduling__gang=VOLCANO, nodes=nodes).one(POD_GROUP).manifest["spec"]
+        for nodes in (2, 16)
+    ]
     assert [spec["minMember"] for spec in groups] == [2, 16]
     assert [spec["minResources"]["cpu"] for spec in groups] == ["192", "1536"]
 
 
 @pulumi.runtime.test
 def test_the_pod_group_asks_for_what_the_sidecars_and_init_containers_ask_too():
-    evaluation = evaluate(contract.INDEXED_JOB, VOLCANO, nodes=2, pod={"sidecars": [SHIPPER], "initContainers": [FETCH]})
+    evaluation = harness.evaluated_with("prod", workload__kind=contract.INDEXED_JOB, scheduling__gang=VOLCANO, nodes=2,
+                                        pod={"sidecars": [SHIPPER], "initContainers": [FETCH]})  # fmt: skip
     resources = evaluation.one(POD_GROUP).manifest["spec"]["minResources"]
     # the fetch init container runs beside the shipper, alone: 200 + 0.5 CPUs beats the trainer's 96 + 0.5
     assert resources["cpu"] == str(2 * 200 + 1)

@@ -32,13 +32,6 @@ def stack_values(stack: str) -> dict:
     return harness.stack_file_config(stack)
 
 
-def env_of(evaluation: harness.Evaluation) -> dict[str, dict]:
-    env = evaluation.container["env"]
-    names = [var["name"] for var in env]
-    assert len(names) == len(set(names)), f"duplicate env names: {names}"
-    return {var["name"]: var for var in env}
-
-
 def expected_procs(stack: str) -> int:
     values = stack_values(stack)
     gpus = int(values.get("gpusPerNode", 0))
@@ -130,14 +123,13 @@ def test_the_disruption_budget_lets_a_drain_take_one_pod_at_a_time(evaluation, n
 
 @pulumi.runtime.test
 def test_a_stack_can_refuse_every_voluntary_eviction():
-    values = harness.stack_config_with("dev", workload__maxUnavailable="0")
-    spec = harness.evaluate(values).one("kubernetes:policy/v1:PodDisruptionBudget").manifest["spec"]
+    spec = harness.evaluated_with("dev", workload__maxUnavailable="0").one("kubernetes:policy/v1:PodDisruptionBudget").manifest["spec"]
     assert spec["minAvailable"] == int(harness.stack_file_config("dev")["nodes"])
 
 
 @pulumi.runtime.test
 def test_env_carries_the_contract_with_one_shape(evaluation, stack, nodes, kind):
-    env = env_of(evaluation)
+    env = evaluation.env
     workload = evaluation.workload.manifest["metadata"]
     service = headless_service(evaluation).manifest["metadata"]
     procs = expected_procs(stack)
@@ -246,7 +238,7 @@ def test_pods_run_restricted(evaluation, stack):
 @pulumi.runtime.test
 def test_outputs_describe_the_world(evaluation, stack, nodes, kind):
     outputs = evaluation.outputs
-    env = env_of(evaluation)
+    env = evaluation.env
     workload = evaluation.workload.manifest["metadata"]
     assert outputs["nodes"] == nodes
     assert outputs["worldSize"] == int(env["WORLD_SIZE"]["value"])

@@ -32,16 +32,10 @@ EVERYTHING = {
 }
 
 
-def evaluate(kind: str = "statefulset", **pod) -> harness.Evaluation:
-    evaluation = harness.evaluate(harness.stack_config_with("prod", pod=pod, workload__kind=kind), stack="prod")
-    assert evaluation.error is None, str(evaluation.error)
-    return evaluation
-
-
 @pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
 @pulumi.runtime.test
 def test_everything_reaches_the_pods_and_stays_valid_kubernetes(kind):
-    evaluation = evaluate(kind, **EVERYTHING)
+    evaluation = harness.evaluated_with("prod", pod=EVERYTHING, workload__kind=kind)
     template = evaluation.pod_template
     spec, trainer = template["spec"], evaluation.container
     assert spec["runtimeClassName"] == "nvidia"
@@ -70,19 +64,21 @@ def test_everything_reaches_the_pods_and_stays_valid_kubernetes(kind):
 
 @pulumi.runtime.test
 def test_the_escape_hatch_keeps_the_namespace_restricted_until_a_container_needs_more():
-    labels = evaluate(**EVERYTHING).one(NAMESPACE).manifest["metadata"]["labels"]
+    labels = harness.evaluated_with("prod", pod=EVERYTHING, workload__kind="statefulset").one(NAMESPACE).manifest["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
     root_sidecar = {**SHIPPER, "securityContext": {"runAsUser": 0, "runAsNonRoot": False}}
-    labels = evaluate(volumes=EVERYTHING["volumes"], sidecars=[root_sidecar]).one(NAMESPACE).manifest["metadata"]["labels"]
+    with_root = harness.evaluated_with("prod", pod={"volumes": EVERYTHING["volumes"], "sidecars": [root_sidecar]}, workload__kind="statefulset")
+    labels = with_root.one(NAMESPACE).manifest["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
     privileged = {**SHIPPER, "securityContext": {"privileged": True}}
-    labels = evaluate(volumes=EVERYTHING["volumes"], sidecars=[privileged]).one(NAMESPACE).manifest["metadata"]["labels"]
+    with_privileged = harness.evaluated_with("prod", pod={"volumes": EVERYTHING["volumes"], "sidecars": [privileged]}, workload__kind="statefulset")
+    labels = with_privileged.one(NAMESPACE).manifest["metadata"]["labels"]
     assert "pod-security.kubernetes.io/enforce" not in labels
 
 
 @pulumi.runtime.test
 def test_without_the_escape_hatch_the_pods_are_as_before():
-    spec = evaluate().pod_spec
+    spec = harness.evaluated_with("prod", pod={}, workload__kind="statefulset").pod_spec
     assert "runtimeClassName" not in spec and "initContainers" not in spec
     assert harness.evaluated("prod", 8).container["securityContext"]["readOnlyRootFilesystem"] is True
 

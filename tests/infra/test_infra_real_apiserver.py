@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 import pytest
 
-from infra_harness import evaluate, evaluated, pod_template_of, stack_config_with
+from infra_harness import evaluate, evaluated, evaluated_with, pod_template_of
 from waiting import wait_for
 from ddp_infra import cluster_apis, gang
 from toolchain.apiserver import LocalApiServer, find_tool, tool_dir
@@ -161,8 +161,7 @@ def test_the_api_server_admits_the_escape_hatch(api, kind):
     """Sidecars, init containers, extra volumes and a template patch: valid, and still restricted."""
     from test_infra_pod_escape_hatch import EVERYTHING
 
-    evaluation = evaluate(stack_config_with("prod", pod=EVERYTHING, workload__kind=kind), stack="prod")
-    assert evaluation.error is None, str(evaluation.error)
+    evaluation = evaluated_with("prod", pod=EVERYTHING, workload__kind=kind)
     done = apply_run(api, with_pod_owners(evaluation.kubernetes_manifests), "--dry-run=server")
     assert "would violate PodSecurity" not in done.stderr, done.stderr
     workload = next(doc for doc in evaluation.kubernetes_manifests if doc["kind"] in ("StatefulSet", "Job", "JobSet"))
@@ -217,10 +216,8 @@ def volcano_crds(api) -> None:
 
 @pytest.mark.timeout(180)
 def test_a_volcano_stacks_pod_group_meets_volcanos_schema(api, kind, volcano_crds):
-    values = stack_config_with("prod", workload__kind=kind, scheduling__gang={"scheduler": "volcano", "queue": "research"},
-                               scheduling__priorityClassName="training-high", pod={"sidecars": [{"name": "shipper", "image": "fluent-bit"}]})  # fmt: skip
-    evaluation = evaluate(values, stack="prod")
-    assert evaluation.error is None, str(evaluation.error)
+    evaluation = evaluated_with("prod", workload__kind=kind, scheduling__gang={"scheduler": "volcano", "queue": "research"},
+                                scheduling__priorityClassName="training-high", pod={"sidecars": [{"name": "shipper", "image": "fluent-bit"}]})  # fmt: skip
     documents = evaluation.kubernetes_manifests
     (group,) = [doc for doc in documents if doc["kind"] == "PodGroup"]
     # strict: a field Volcano's schema does not know is an error, not dropped in silence
@@ -241,9 +238,7 @@ def test_a_kueue_stacks_workload_is_admitted_suspended_beside_kueues_crds(api, w
     install_crds(api, KUEUE)
     if workload_kind == contract.JOBSET:
         install_crds(api, JOBSET)
-    values = stack_config_with("prod", workload__kind=workload_kind, scheduling__gang={"scheduler": "kueue", "queue": "team-a"})
-    evaluation = evaluate(values, stack="prod")
-    assert evaluation.error is None, str(evaluation.error)
+    evaluation = evaluated_with("prod", workload__kind=workload_kind, scheduling__gang={"scheduler": "kueue", "queue": "team-a"})
     documents = evaluation.kubernetes_manifests
     workload = next(doc for doc in documents if doc["kind"] in ("Job", "JobSet"))
     done = apply_run(api, with_pod_owners(documents), "--dry-run=server", "-o", "json")

@@ -7,7 +7,7 @@ import pytest
 
 from ddp_infra.names import RENDEZVOUS_PORT_NAME
 from ddp_infra.pod_security import RESTRICTED, pod_security_level
-from infra_harness import evaluate, evaluated, stack_config_with
+from infra_harness import evaluate, evaluated, evaluated_with, stack_config_with
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 SERVICE = "kubernetes:core/v1:Service"
@@ -70,15 +70,13 @@ def test_only_the_worlds_pods_may_reach_the_store_and_only_on_its_port():
 
 
 def test_with_the_store_on_pod_0_there_is_no_store_pod_and_the_endpoint_is_pod_0():
-    evaluation = evaluate(stack_config_with("dev", rendezvous__store="pod-0"))
-    assert evaluation.error is None, evaluation.error
+    evaluation = evaluated_with("dev", rendezvous__store="pod-0")
     assert store_objects(evaluation) == set()
     assert evaluation.outputs["rendezvousEndpoint"].startswith(evaluation.outputs["masterAddress"] + ":")
 
 
 def test_etcd_keeps_its_own_store():
-    evaluation = evaluate(stack_config_with("dev", rendezvous__backend="etcd-v2", rendezvous__endpoint="etcd.infra:2379"))
-    assert evaluation.error is None, evaluation.error
+    evaluation = evaluated_with("dev", rendezvous__backend="etcd-v2", rendezvous__endpoint="etcd.infra:2379")
     assert store_objects(evaluation) == set()
     assert evaluation.outputs["rendezvousEndpoint"] == "etcd.infra:2379"
 

@@ -49,7 +49,7 @@ def test_the_plain_text_check_finds_the_token_inside_longer_values_and_in_base64
 def test_pods_read_the_token_from_the_secret(with_secret_token):
     evaluation = with_secret_token
     secret_name = evaluation.one(SECRET).manifest["metadata"]["name"]
-    env = {var["name"]: var for var in evaluation.container["env"]}
+    env = evaluation.env
     for name in ("HF_TOKEN", "HUGGINGFACE_HUB_TOKEN"):
         assert env[name]["valueFrom"]["secretKeyRef"] == {"name": secret_name, "key": "token"}
     assert evaluation.one(SECRET).urn in evaluation.workload.dependencies
@@ -83,5 +83,4 @@ def test_no_token_no_secret():
     evaluation = harness.evaluate(harness.with_path(harness.stack_file_config("dev"), "hfToken", ""))
     assert evaluation.error is None
     assert not evaluation.of_type(SECRET)
-    env = {var["name"] for var in evaluation.container["env"]}
-    assert not env & {"HF_TOKEN", "HUGGINGFACE_HUB_TOKEN"}
+    assert not evaluation.env.keys() & {"HF_TOKEN", "HUGGINGFACE_HUB_TOKEN"}
