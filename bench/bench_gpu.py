@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from report import on_a_gpu, print_table  # bench/report.py: the scripts run with bench/ on sys.path
+
 REPO = Path(__file__).resolve().parents[1]
 GPT2 = dict(n_layer=12, n_head=12, d_model=768, seq_len=1024)
 VOCAB_MULTIPLE = 64  # the lm task's padding (trainer/tasks/lm/task.py)
@@ -433,27 +435,45 @@ def benchmark(options) -> dict:
     return results
 
 
-def print_table(results: dict) -> None:
-    rows = results["rows"]
-    print(f"\nGPT-2-small shape (12x768, T={results['seq_len']}), micro-batch {results['batch']}, "
-          f"{results['env']['device']}, torch {results['env']['torch']}, peak {_tflops(results['env']['peak_flops'])} bf16, "
-          f"measured bf16 matmul {results['env']['matmul_bf16_tflops']} TFLOP/s")  # fmt: skip
-    head = f"{'case':28} {'step ms':>9} {'(min..max)':>15} {'tokens/s':>10} {'MFU':>6} {'peak GiB':>8} {'loss':>7}"
-    print(head + "\n" + "-" * len(head))
-    for r in rows:
-        print(f"{r['case']:28} {r['step_ms']:9.2f} {r['step_ms_min']:7.2f}..{r['step_ms_max']:<7.2f} "
-              f"{r['tokens_per_s']:10,d} {_percent(r['mfu']):>6} {r['peak_mem_gib']:8.1f} {r['final_loss']:7.3f}")  # fmt: skip
-    by = {r["case"]: r for r in rows}
+def report_title(results: dict) -> str:
+    env = results["env"]
+    return (f"GPT-2-small shape (12x768, T={results['seq_len']}), micro-batch {results['batch']}, {env['device']}, "
+            f"torch {env['torch']}, peak {_tflops(env['peak_flops'])} bf16, measured bf16 matmul {env['matmul_bf16_tflops']} TFLOP/s")  # fmt: skip
+
+
+def report_rows(results: dict) -> list[tuple[str, str]]:
+    """Each case's figures (a step: the median of its windows' mean step), the trainer against each
+    reference, and the path the trainer took."""
+    rows = []
+    for r in results["rows"]:
+        case = r["case"]
+        rows += [
+            (f"{case}: step", f"{r['step_ms']:.2f} ms"),
+            (f"{case}: step, fastest..slowest window", f"{r['step_ms_min']:.2f}..{r['step_ms_max']:.2f} ms"),
+            (f"{case}: tokens/s", f"{r['tokens_per_s']:,d}"),
+            (f"{case}: MFU", _percent(r["mfu"])),
+            (f"{case}: peak memory", f"{r['peak_mem_gib']:.1f} GiB"),
+            (f"{case}: final loss", "n/a" if r["final_loss"] is None else f"{r['final_loss']:.3f}"),
+        ]  # fmt: skip
+    by = {r["case"]: r for r in results["rows"]}
     trainer = by.get(TRAINER)
     for ref_name in ("reference (compile)", "reference (eager)"):
         ref = by.get(ref_name)
         if trainer and ref:
-            print(f"trainer / {ref_name}: tokens/s {trainer['tokens_per_s'] / ref['tokens_per_s']:.3f}, "
-                  f"MFU {_percent(trainer['mfu'])} vs {_percent(ref['mfu'])}")  # fmt: skip
+            rows.append((f"trainer / {ref_name}: tokens/s", f"{trainer['tokens_per_s'] / ref['tokens_per_s']:.3f}"))
+            rows.append((f"trainer / {ref_name}: MFU", f"{_percent(trainer['mfu'])} vs {_percent(ref['mfu'])}"))
     p = results.get("trainer_path", {})
-    print(f"trainer path: amp={p.get('amp_dtype')} GradScaler enabled={p.get('grad_scaler_enabled')} "
-          f"AdamW fused={p.get('optimizer_fused')} groups (params, decay)={p.get('param_groups')} betas={p.get('betas')} "
-          f"compiled={p.get('compiled')} tf32={p.get('tf32')} vocab={p.get('vocab')}->{p.get('padded_vocab')}")  # fmt: skip
+    rows += [
+        ("trainer path: amp", str(p.get("amp_dtype"))),
+        ("trainer path: GradScaler enabled", str(p.get("grad_scaler_enabled"))),
+        ("trainer path: AdamW fused", str(p.get("optimizer_fused"))),
+        ("trainer path: groups (params, decay)", str(p.get("param_groups"))),
+        ("trainer path: betas", str(p.get("betas"))),
+        ("trainer path: compiled", str(p.get("compiled"))),
+        ("trainer path: tf32", str(p.get("tf32"))),
+        ("trainer path: vocab", f"{p.get('vocab')}->{p.get('padded_vocab')}"),
+    ]  # fmt: skip
+    return rows
 
 
 def _percent(fraction: float | None) -> str:
@@ -479,13 +499,7 @@ def main() -> int:
     parser.add_argument("--e2e-log", type=Path, default=Path("bench-gpu-e2e.log"))
     parser.add_argument("--json", type=Path, help="write all figures here")
     options = parser.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("bench_gpu: torch is not installed: nothing to measure")
-        return 0
-    if not torch.cuda.is_available():
-        print("bench_gpu: CUDA is not available on this machine: nothing to measure")
+    if not on_a_gpu("bench_gpu"):
         return 0
     results = {}
     if options.e2e and os.environ.get("RANK", "0") == "0" and "TORCHELASTIC_RUN_ID" not in os.environ:
@@ -500,7 +514,8 @@ def main() -> int:
                 print(f"e2e {r['name']:52} rc={r['rc']} {r['seconds']:6.1f}s {r['done'] or ''}"[:240])
                 if r["stderr_tail"]:
                     print("    " + r["stderr_tail"].replace("\n", "\n    ")[-2500:])
-    print_table(results)
+    print()
+    print_table(report_title(results), report_rows(results))
     return 0
 
 

@@ -13,16 +13,24 @@ def print_table(title: str, rows: list[tuple[str, str]]) -> None:
         print(f"  {name:<{width}}  {value:>12}")
 
 
+def on_a_gpu(script: str) -> bool:
+    """Whether a GPU script has a CUDA device to measure on, once it has said which torch and GPU
+    it runs on, or why there is nothing to measure."""
+    try:
+        import torch
+    except ImportError:
+        print(f"{script}: torch is not installed; nothing to measure")
+        return False
+    if not torch.cuda.is_available():
+        print(f"{script}: no CUDA device here; nothing to measure")
+        return False
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
+    return True
+
+
 def gpu_repeats(doc: str, script: str, default: int = 2) -> int | None:
-    """A GPU script's `--repeats`, once it has said which torch and GPU it runs on; None, after
-    saying why, where there is no CUDA device."""
+    """A GPU script's `--repeats` where it has a CUDA device (on_a_gpu); None where it has none."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=default)
     args = parser.parse_args()
-    import torch
-
-    if not torch.cuda.is_available():
-        print(f"{script}: no CUDA device here; nothing to measure")
-        return None
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}", flush=True)
-    return args.repeats
+    return args.repeats if on_a_gpu(script) else None
