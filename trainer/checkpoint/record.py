@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 FORMAT = 3  # 3: sharded directories (torch.distributed.checkpoint); 2 was one torch.save file per step
@@ -16,9 +17,22 @@ FORMAT = 3  # 3: sharded directories (torch.distributed.checkpoint); 2 was one t
 _WHERE = ("epoch", "step_in_epoch", "samples_in_epoch", "samples_seen")
 
 
+class CheckpointReason(StrEnum):
+    """Why a checkpoint was written: in its record, its `[CKPT]` lines, and the resume that reads it."""
+
+    # every --checkpoint-every optimizer steps (an epoch's last step is left to its end)
+    PERIODIC = "periodic"
+    # --checkpoint-every-seconds since the last one, by rank 0's clock
+    TIME = "time"
+    # an epoch ended; the last one is the run's final state
+    EPOCH_END = "epoch end"
+    # a SIGTERM stopped the world where it was: a resume from it trains nothing twice
+    SIGTERM = "sigterm"
+
+
 @dataclass(frozen=True)
 class CheckpointRecord:
-    reason: str  # why it was written: periodic, time, epoch end, sigterm
+    reason: str  # a CheckpointReason; a plain string once read back from JSON
     world_size: int  # of the world that wrote it: another size cannot replay its ranks' random streams
     batch: int  # per process and micro-batch
     grad_accum: int
