@@ -36,6 +36,7 @@ import sys
 from typing import Mapping, Sequence
 
 from trainer import console
+from trainer.lines import REJOINING, TORCHRUN_STARTED
 from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED, EXIT_TERMINATED
 from trainer.pod.launch import GO, SPARE_UNUSED, ArgsError, held_back, torchrun_argv, torchrun_env
 from trainer.pod.liveness import answer_liveness_probes
@@ -136,7 +137,7 @@ def _start(user_args: Sequence[str], supervisor: _Supervisor) -> int:
                          stream=sys.stderr)  # fmt: skip
             return EXIT_PREFLIGHT_FAILED
         argv = torchrun_argv(world, user_args, local_addr=checked.local_addr)
-        console.line(f"[DDP] torchrun {shlex.join(argv)}")
+        console.line(f"{TORCHRUN_STARTED}{shlex.join(argv)}")
         run_env = {**torchrun_env(world, env), **checked.env}
         code = supervisor.run(argv, run_env)
         if code == SPARE_UNUSED and not supervisor.terminated:
@@ -144,7 +145,7 @@ def _start(user_args: Sequence[str], supervisor: _Supervisor) -> int:
         if code == 0 or supervisor.terminated or rejoins_left == 0:
             return code
         rejoins_left -= 1
-        console.line(f"[DDP] re-joining: torchrun exited with {code}, the world broke up (its rendezvous store lost?); "
+        console.line(f"{REJOINING}: torchrun exited with {code}, the world broke up (its rendezvous store lost?); "
                      f"waiting for {world.rdzv_endpoint} to come back ({rejoins_left} re-joins left)")  # fmt: skip
         supervisor.start_ahead(argv, run_env)
 

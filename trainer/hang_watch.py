@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from trainer import console
 from trainer import contract as c
+from trainer.lines import HANG
 
 # The exit status of a rank that found the world hung: neither success nor a SIGTERM stop, so
 # torchrun restarts the world (the same status timeout(1) gives a command it ended).
@@ -207,7 +208,7 @@ class HangWatch:
         try:  # a client each: a store client is one connection, used by one thread at a time
             publishing, reading = self._connect(), self._connect()
         except Exception as error:  # a watch that cannot start must not stop the training
-            console.line(f"[HANG] rank {self.rank}: no hang detection, the world's store is unreachable: {error}")
+            console.line(f"{HANG} rank {self.rank}: no hang detection, the world's store is unreachable: {error}")
             return self
         self._store = reading
         self._threads = [
@@ -267,7 +268,7 @@ class HangWatch:
     def _tear_down(self, stalled: float, bound: float, verdict: Verdict) -> None:
         if verdict.reporter == self.rank:
             console.line(
-                f"[HANG] no training progress for {stalled:.0f} s (bound {bound:.0f} s) after global step {self._step}: {verdict.why}; "
+                f"{HANG} no training progress for {stalled:.0f} s (bound {bound:.0f} s) after global step {self._step}: {verdict.why}; "
                 f"rank {self.rank} ends the world (exit {EXIT_HUNG}) so it re-forms from its newest checkpoint"
             )
         self._exit(EXIT_HUNG)

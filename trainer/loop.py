@@ -24,10 +24,11 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.utils.data import DataLoader, Subset
 
 from trainer import console, flops, throughput
-from trainer.checkpoint.record import CheckpointRecord
+from trainer.checkpoint.record import CheckpointReason, CheckpointRecord
 from trainer.checkpoint.run_checkpoints import RunCheckpoints
 from trainer.distributed import Dist, sum_across
 from trainer.hang_watch import HangWatch, stragglers
+from trainer.lines import DoneLine, EpochLine, NoCheckpoint, Resized, Resumed, Straggler, TrainLine
 from trainer.load import params_sum, write_card
 from trainer.optimizer import make_adamw
 from trainer.outputs import RunDir, write_json
@@ -144,7 +145,7 @@ class Trainer:
         """Load the newest complete checkpoint, the same one on every rank (rank 0 chooses)."""
         resumed = self.checkpoints.resume(self._load_checkpoint)
         if resumed is None:
-            self.log(f"[CKPT] no checkpoint in {self.checkpoints.store.directory}: starting from scratch")
+            self.log(NoCheckpoint(str(self.checkpoints.store.directory)).text())
             if self.d.is_main:
                 self.run.forget_metrics_from(1)
             return
@@ -159,11 +160,10 @@ class Trainer:
         # The rule of a resize: each process keeps its batch, so the global batch follows the world's
         # size; the learning-rate schedule goes on in samples.
         was_batch = record.world_size * record.batch * record.grad_accum
-        world = (f", world of {self.d.world_size} (was {record.world_size}): global batch {self.sampler.world_step} "
-                 f"(was {was_batch}), the schedule goes on in samples") if resized else ""  # fmt: skip
+        world = Resized(self.d.world_size, record.world_size, self.sampler.world_step, was_batch) if resized else None
         # which checkpoint it was (sigterm: the world stopped where it was; periodic, time, epoch end:
         # it was lost, and what it trained after this checkpoint is trained again)
-        self.log(f"[CKPT] resumed from {name}: {where}, global step {p.global_step} ({record.reason} checkpoint){world}")
+        self.log(Resumed(name, where, p.global_step, record.reason, world).text())
 
     def _load_checkpoint(self, shards: Path, record: CheckpointRecord) -> None:
         model, optimizer = get_state_dict(self.model, self.optimizer)
@@ -187,7 +187,7 @@ class Trainer:
             return
         self.scaler.load_state_dict(state)  # a disabled scaler (bf16, fp32) ignores an fp16 run's state
 
-    def save_checkpoint(self, reason: str) -> None:
+    def save_checkpoint(self, reason: CheckpointReason) -> None:
         """Called by every rank at the same step: each stages its state and writes its share in the background."""
         if self.progress.global_step == self.checkpoints.saved_step:
             return  # this step's checkpoint is written already, or being written
@@ -221,11 +221,11 @@ class Trainer:
                     "val_ppl": _perplexity(val_loss), "best": f"epoch-{self.progress.best_epoch}"}  # fmt: skip
         with self.watch.busy("writing the last checkpoint"):
             self.checkpoints.close()  # the last checkpoint is written and committed before the run reports done
-        summary = {**last, "run": self.run_name, "steps": self.progress.global_step, "params_sum": params_sum(self.model),
-                   "seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
+        done = DoneLine(rank=self.d.rank, **last, run=self.run_name, steps=self.progress.global_step,
+                        params_sum=params_sum(self.model), seconds=round(time.perf_counter() - started, 3))  # fmt: skip
         # every rank reports: equal lines across ranks show the replicas ended identical
-        console.line(f"[DONE] rank={self.d.rank} " + " ".join(f"{k}={v}" for k, v in summary.items()))
-        return summary
+        console.line(done.text())
+        return done.result()
 
     def _train_epoch(self) -> None:
         p, cfg = self.progress, self.cfg
@@ -259,20 +259,22 @@ class Trainer:
             p.epoch_units += units
             rate = units / seconds
             mfu = flops.mfu(self.task.flops_per_unit, rate / self.d.world_size, self.peak_flops)
-            self.log(f"[TRAIN] epoch={p.epoch + 1}/{cfg.epochs} step={p.step_in_epoch}/{steps_in_epoch} "
-                     f"global_step={p.global_step} samples={p.samples_seen} loss={loss_sum / units:.4f} lr={lr:.6e} "
-                     f"{self.task.unit}/s={rate:.0f} per_process={rate / self.d.world_size:.0f} "
-                     f"step_ms={seconds / window.steps * 1e3:.1f} mfu={'n/a' if mfu is None else f'{mfu:.1%}'}"
-                     + self._stragglers(forward_s))  # fmt: skip
+            line = TrainLine(p.epoch + 1, cfg.epochs, p.step_in_epoch, steps_in_epoch, p.global_step, p.samples_seen,
+                             loss_sum / units, lr, self.task.unit, rate, rate / self.d.world_size,
+                             seconds / window.steps * 1e3, None if mfu is None else mfu * 100, self._stragglers(forward_s))  # fmt: skip
+            self.log(line.text())
+            if self.d.is_main:
+                with self.watch.busy("sending the figures to the trackers"):
+                    self.trackers.log_train(line.global_step, line.figures())
             if stop:
-                self.save_checkpoint("sigterm")
+                self.save_checkpoint(CheckpointReason.SIGTERM)
                 with self.watch.busy("writing the SIGTERM checkpoint"):
                     self.checkpoints.close()  # exit only with the checkpoint on disk
                 raise Stopped(f"stopped by SIGTERM at epoch {p.epoch + 1} step {p.step_in_epoch}, global step {p.global_step}")
             if checkpoint_now:
-                self.save_checkpoint("periodic")  # the epoch's last step is saved by the epoch end
+                self.save_checkpoint(CheckpointReason.PERIODIC)  # the epoch's last step is saved by the epoch end
             elif time_is_up and not last:
-                self.save_checkpoint("time")
+                self.save_checkpoint(CheckpointReason.TIME)
             window = _Window(self.d.device)
 
     def _step(self, batches, window: _Window) -> None:
@@ -318,12 +320,11 @@ class Trainer:
                 self.trackers.log_epoch(record)
                 if improved:
                     self.run.mark_best(epoch)
-        self.log(f"[EPOCH] {epoch}/{self.cfg.epochs} train_loss={train_loss:.4f} val_loss={val_loss!r} "
-                 f"val_ppl={_perplexity(val_loss):.4f} {self.task.unit}/s={units / seconds:.0f} "
-                 f"best=epoch-{p.best_epoch}")  # fmt: skip
+        self.log(EpochLine(epoch, self.cfg.epochs, train_loss, val_loss, _perplexity(val_loss), self.task.unit,
+                           units / seconds, p.best_epoch).text())  # fmt: skip
         p.epoch, p.step_in_epoch, p.samples_in_epoch, p.epoch_loss_sum, p.epoch_units = epoch, 0, 0, 0.0, 0.0
         p.last_train_loss = train_loss
-        self.save_checkpoint("epoch end")
+        self.save_checkpoint(CheckpointReason.EPOCH_END)
         return {"epochs": epoch, "train_loss": train_loss, "val_loss": val_loss, "val_ppl": _perplexity(val_loss),
                 "best": f"epoch-{p.best_epoch}"}  # fmt: skip
 
@@ -347,16 +348,14 @@ class Trainer:
             return nullcontext()
         return torch.autocast(self.d.device.type, dtype=self.amp_dtype)
 
-    def _stragglers(self, forward_s: list[float]) -> str:
-        """` straggler=rank<r>@<pod>(+<slower>%)` for each rank whose forward passes were much slower."""
-        return "".join(f" straggler=rank{rank}@{self.watch.pods[rank]}(+{slower:.0%})"
-                       for rank, slower in stragglers(forward_s))  # fmt: skip
+    def _stragglers(self, forward_s: list[float]) -> tuple[Straggler, ...]:
+        """Each rank whose forward passes were much slower, with its pod."""
+        return tuple(Straggler(rank, self.watch.pods[rank], slower * 100) for rank, slower in stragglers(forward_s))
 
     def log(self, line: str) -> None:
+        """Rank 0 speaks for the world."""
         if self.d.is_main:
             console.line(line)
-            with self.watch.busy("sending the figures to the trackers"):
-                self.trackers.log_line(line)  # the figures of [TRAIN] lines
 
 
 class _Window:

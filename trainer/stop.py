@@ -22,6 +22,7 @@ import time
 from typing import Callable
 
 from trainer import console
+from trainer.lines import STOPPED
 
 # 128 + SIGTERM, what a shell reports for a process SIGTERM ended: not success, so neither a Job
 # nor torchrun takes a stopped run for a finished one, and the next start resumes it.
@@ -72,7 +73,7 @@ class StopRequest:
         while self.signal is None and time.monotonic() < deadline:
             time.sleep(0.05)
         if self.signal is None:
-            console.line(f"[STOP] SIGTERM unanswered for {bound:g} s: this rank waits in a collective a gone peer never joins; "
+            console.line(f"{STOPPED} SIGTERM unanswered for {bound:g} s: this rank waits in a collective a gone peer never joins; "
                          f"it exits {EXIT_STOPPED} with no checkpoint, and the world resumes from its newest one")  # fmt: skip
             self._exit(EXIT_STOPPED)
 

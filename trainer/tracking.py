@@ -1,8 +1,8 @@
 """Sends a run's figures to trackers: a loss curve, TensorBoard event files, and an MLflow server when one is named.
 
-Rank 0 alone tracks. The figures come from where the loop logs them: each `[TRAIN]` line (every
-numeric key=value in it, so a figure added to the line is tracked with no change here) and each
-epoch's metrics record. Steps are global optimizer steps. A restart must not draw a step twice:
+Rank 0 alone tracks. The loop hands over the figures it logs, as numbers: each `[TRAIN]` line's
+(trainer/lines.py's TrainLine.figures, at the precision the line prints) and each epoch's metrics
+record. Steps are global optimizer steps. A restart must not draw a step twice:
 TensorBoard is told to drop what an earlier start logged from the resumed step on (`purge_step`),
 and MLflow, which cannot drop a point, is not sent a step its run already has.
 
@@ -21,7 +21,6 @@ import json
 import math
 import os
 import queue
-import re
 import threading
 import time
 import urllib.error
@@ -41,25 +40,6 @@ MLFLOW_RUN_FILE = "mlflow-run.json"
 FINISHED, KILLED, FAILED = "FINISHED", "KILLED", "FAILED"
 TRAIN, EPOCH = "train/", "epoch/"  # the prefixes of a [TRAIN] line's figures and of an epoch record's
 
-# A number, then an optional unit that goes into the figure's name (0.12s, 41.5%); "1/2" is no figure.
-_FIGURE = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan)([a-zA-Z%]*)")
-
-
-def train_figures(line: str) -> tuple[int, dict[str, float]]:
-    """The global step of a `[TRAIN]` line and its numeric figures by name.
-
-    `samples/s=…` becomes `samples_per_s`; a unit joins the name (`step_time=0.12s` is `step_time_s`).
-    """
-    fields = dict(field.split("=", 1) for field in line.split()[1:] if "=" in field)
-    step = int(fields.pop("global_step"))
-    figures = {}
-    for key, text in fields.items():
-        if match := _FIGURE.fullmatch(text):
-            number, unit = match.groups()
-            name = key.replace("/", "_per_") + (f"_{unit.replace('%', 'pct')}" if unit else "")
-            figures[name] = float(number)
-    return step, figures
-
 
 def _numbers(record: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -76,10 +56,8 @@ class Trackers:
         self.sinks, self.stop = sinks, stop
         self.result: dict[str, Any] = {}
 
-    def log_line(self, line: str) -> None:
-        if self.sinks and line.startswith("[TRAIN]"):
-            step, figures = train_figures(line)
-            self._log(step, {f"{TRAIN}{k}": v for k, v in figures.items()})
+    def log_train(self, step: int, figures: Mapping[str, float]) -> None:
+        self._log(step, {f"{TRAIN}{k}": v for k, v in figures.items()})
 
     def log_epoch(self, record: Mapping[str, Any]) -> None:
         figures = _numbers({k: v for k, v in record.items() if k != "global_step"})

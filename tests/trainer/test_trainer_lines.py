@@ -11,6 +11,7 @@ from trainer.checkpoint.record import CheckpointReason
 from trainer.lines import (
     CheckpointNotSaved, CheckpointSaved, DoneLine, EpochLine, NoCheckpoint, Resized, Resumed, Straggler, TrainLine,
 )  # fmt: skip
+from trainer.tracking import Trackers
 
 VAL_LOSS = 0.7903023362159729
 
@@ -71,6 +72,20 @@ def test_a_train_line_without_a_known_peak_says_so_and_tracks_no_mfu():
     assert line.text().endswith(" step_ms=12.5 mfu=n/a")
     assert TrainLine.parse(line.text()) == line
     assert "mfu_pct" not in line.figures()
+
+
+def test_the_trackers_get_a_train_line_s_figures_as_it_prints_them():
+    """The names and values the trackers have always recorded, once read back from the printed line."""
+    assert TRAIN.figures() == {"samples": 96.0, "loss": 1.3863, "lr": 3e-3, "samples_per_s": 1235.0, "per_process": 617.0,
+                               "step_ms": 12.3, "mfu_pct": 41.5}  # fmt: skip
+    logged = []
+
+    class Sink:
+        def log(self, step: int, figures: dict[str, float]) -> None:
+            logged.append((step, figures))
+
+    Trackers([Sink()]).log_train(TRAIN.global_step, TRAIN.figures())
+    assert logged == [(3, {f"train/{name}": value for name, value in TRAIN.figures().items()})]
 
 
 def test_the_reader_s_derived_figures():

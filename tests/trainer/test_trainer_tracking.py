@@ -16,7 +16,8 @@ import pytest
 from waiting import wait_for
 from trainer_testing import PYTHON, REPO, clean_env, done_lines, epoch_records, free_port, kill_tree, run_to_end, train_lines
 
-from trainer import console, tracking
+from trainer import tracking
+from trainer.lines import tagged
 from trainer.stop import EXIT_STOPPED
 
 PROBE = str(Path(__file__).with_name("signal_probe.py"))
@@ -161,15 +162,6 @@ def stored_run_id(run: Path) -> str:
 
 
 # --- tests ----------------------------------------------------------------------------------------
-def test_numeric_figures_of_a_train_line_become_tagged_scalars_at_its_global_step():
-    line = ("[TRAIN] epoch=1/2 step=3/16 global_step=3 samples=96 loss=1.3862 lr=3.000000e-03 "
-            "tokens/s=1234 step_time=0.120s mfu=41.5% per_process=617")  # fmt: skip
-    assert tracking.train_figures(line) == (3, {
-        "samples": 96.0, "loss": 1.3862, "lr": 3e-3, "tokens_per_s": 1234.0, "step_time_s": 0.12, "mfu_pct": 41.5,
-        "per_process": 617.0,
-    })  # fmt: skip
-
-
 @pytest.mark.timeout(300)
 def test_a_run_writes_tensorboard_events_and_its_mlflow_run_from_rank_0(spawn, tmp_path, mlflow):
     text = run_world(spawn, tmp_path, "whole", world=2, expected=0, MLFLOW_TRACKING_URI=mlflow.uri,
@@ -262,7 +254,7 @@ def test_an_unreachable_mlflow_server_does_not_stop_training(tmp_path):
     code, text = run_to_end(command, env, tmp_path / "unreachable.log", timeout=150)
     assert code == 0, text[-4000:]
     assert "[DONE]" in text
-    warnings = [line for line in console.tagged(text, "[TRACK]") if "MLflow" in line]
+    warnings = [line for line in tagged(text, "[TRACK]") if "MLflow" in line]
     assert 1 <= len(warnings) <= 2, warnings  # the first failure, then giving up
     assert steps_of(scalars(tmp_path / "run")["train/loss"]) == sorted(train_lines_by_step(text)), "TensorBoard goes on"
 
@@ -271,5 +263,5 @@ def test_an_unreachable_mlflow_server_does_not_stop_training(tmp_path):
 def test_without_tensorboard_in_the_image_training_goes_on_and_says_so(tmp_path):
     code, text = run_without(tmp_path, "tensorboard")
     assert code == 0, text[-4000:]
-    assert len([line for line in console.tagged(text, "[TRACK]") if "TensorBoard" in line]) == 1
+    assert len([line for line in tagged(text, "[TRACK]") if "TensorBoard" in line]) == 1
     assert not (tmp_path / "run" / tracking.TENSORBOARD_DIR).exists()

@@ -31,6 +31,7 @@ from trainer import console
 from trainer.checkpoint import digests
 from trainer.checkpoint.record import CheckpointRecord
 from trainer.checkpoint.store import CheckpointStore
+from trainer.lines import CheckpointNotSaved, CheckpointSaved
 
 
 class AsyncCheckpointer:
@@ -59,8 +60,7 @@ class AsyncCheckpointer:
                 found = digests.of_checkpoint(self.store.shards_of(step), self.group)
                 if self.is_main:
                     name = self.store.commit(step, record, found).name
-                    console.line(f"[CKPT] saved {name} ({record.reason}): blocked the loop {blocked:.4f}s, "
-                                 f"written in {time.perf_counter() - started:.4f}s")  # fmt: skip
+                    console.line(CheckpointSaved(name, record.reason, blocked, time.perf_counter() - started).text())
                 committed.set_result(step)
             except BaseException as exc:  # noqa: BLE001 - handed to whoever waits next
                 exc.add_note(self._room())  # the volume as it was when the save failed
@@ -86,10 +86,8 @@ class AsyncCheckpointer:
         if self.is_main:
             self.store.remove_incomplete()  # no save runs now, and no rank writes before the next one's plan
             newest = self.store.newest_complete()
-            in_a_row = f" ({self.failed_in_a_row} in a row)" if self.failed_in_a_row > 1 else ""
-            console.line(f"[CKPT] could not save ckpt-{step:08d} ({reason}){in_a_row}: {_cause(failure)}; "
-                         f"{failure.__notes__[-1]}; the newest checkpoint is still "
-                         f"{newest.name if newest else 'none'}; training goes on and the next checkpoint tries again")  # fmt: skip
+            console.line(CheckpointNotSaved(self.store.shards_of(step).name, reason, self.failed_in_a_row, _cause(failure),
+                                            failure.__notes__[-1], newest.name if newest else None).text())  # fmt: skip
 
     def writing(self) -> bool:
         """A save is in flight and not yet committed (or failed)."""
