@@ -16,6 +16,7 @@ from observe.kubectl import Kubectl, KubectlError
 from observe.status import rank0_log, render
 from observe.world_state import WorldRef, read_world
 from toolchain.cluster import ClusterError, LocalCluster
+from trainer.lines import DoneLine
 
 from .cluster import demo_home, ensure_cluster, remove_cluster, started_by_demo
 from .outputs import describe, outputs_volume
@@ -28,12 +29,9 @@ def say(text: str) -> None:
     print(f"[demo] {text}", flush=True)
 
 
-def _figure(text: str) -> str:
-    """A long float of the [DONE] line at four decimals; anything else as it is."""
-    try:
-        return f"{float(text):.4f}" if "." in text else text
-    except ValueError:
-        return text
+def result_words(done: DoneLine) -> str:
+    """Rank 0's [DONE] line as the demo says it: its floats at four decimals, the weights' fingerprint left out."""
+    return " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in done.result().items() if k != "params_sum")
 
 
 def _world(outputs: dict[str, Any]) -> WorldRef:
@@ -68,7 +66,7 @@ def up(args: argparse.Namespace) -> int:
             say(f"  {row}")
         say(f"where it stands: {outputs['statusCommand']} --kubeconfig {cluster.kubeconfig}")
         return 1
-    say("result: " + " ".join(f"{k}={_figure(v)}" for k, v in end.result.items() if k not in ("rank", "params_sum")))
+    say(f"result: {result_words(end.result)}")
     volume = outputs_volume(kubectl)
     if volume:
         run_dir = volume / outputs["runName"]

@@ -17,10 +17,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional, TextIO
 
-from trainer import contract
-from trainer.console import fields
+from trainer import contract, lines
+from trainer.lines import DoneLine, EpochLine, NoCheckpoint, Resumed, TrainLine
 
-from . import rank0_log as log
 from .kubectl import Kubectl
 from .progress import Progress
 from .world_state import PodState, WorldRef, WorldState, read_world
@@ -38,7 +37,7 @@ class FollowTimeout(TimeoutError):
 class RunEnd:
     ok: bool
     reason: str  # "Complete", or why it failed
-    result: dict[str, str] = field(default_factory=dict)  # the fields of rank 0's [DONE] line
+    result: Optional[DoneLine] = None  # rank 0's [DONE] line
     last_lines: list[str] = field(default_factory=list)  # rank 0's last lines before a failure
 
 
@@ -92,7 +91,7 @@ class Follower:
         self.pods_seen: dict[int, PodState] = {}
         self.waits_said: set[str] = set()
         self.lost_nodes_said: set[str] = set()
-        self.done: dict[str, str] = {}
+        self.done: Optional[DoneLine] = None
         self.recent: deque[str] = deque(maxlen=ERROR_LINES)
 
     def follow(self, timeout_s: float) -> RunEnd:
@@ -163,25 +162,25 @@ class Follower:
 
     def _line(self, row: str) -> None:
         say = self.progress.say
-        if figures := log.TrainFigures.parse(row):
+        if figures := TrainLine.parse(row):
             self.progress.train(figures)
-        elif row.startswith(log.EPOCH):
-            say(f"[epoch] {row[len(log.EPOCH):].strip()}")
-        elif row.startswith(log.RESUMED):
+        elif epoch := EpochLine.parse(row):
+            say(f"[epoch] {epoch.summary()}")
+        elif row.startswith(Resumed.PREFIX):
             self.progress.world_changed()
-            say(f"[re-form] {row[len('[CKPT] '):]}")
-        elif row.startswith(log.SCRATCH):
+            say(f"[re-form] {row[len(lines.CKPT) + 1:]}")
+        elif row.startswith(NoCheckpoint.PREFIX):
             say("[start] no checkpoint yet: the world trains from the start")
-        elif row.startswith((log.REJOIN, log.STOPPED)):
+        elif row.startswith((lines.REJOINING, lines.STOPPED)):
             say(f"[re-form] {row.split(' ', 1)[1]}")
-        elif row.startswith(log.HANG):
-            say(f"[hang] {row[len(log.HANG):].strip()}")
-        elif row.startswith(log.RENDEZVOUS_STARTED):
+        elif row.startswith(lines.HANG):
+            say(f"[hang] {row[len(lines.HANG):].strip()}")
+        elif row.startswith(lines.TORCHRUN_STARTED):
             say("[wait] rendezvous: torchrun waits for every pod of the world to join")
-        elif row.startswith(log.PREFLIGHT_WAIT):
-            say(f"[wait] {row[len('[PREFLIGHT] '):]}")
-        elif row.startswith(log.DONE) and fields(row).get("rank") == "0":
-            self.done = fields(row)
+        elif row.startswith(lines.PREFLIGHT_WAITING):
+            say(f"[wait] {row.split(' ', 1)[1]}")
+        elif (done := DoneLine.parse(row)) and done.rank == 0:
+            self.done = done
         elif not row.startswith("["):
             self.recent.append(row)
 

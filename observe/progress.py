@@ -12,7 +12,7 @@ import time
 from datetime import timedelta
 from typing import Callable, Optional, TextIO
 
-from .rank0_log import TrainFigures
+from trainer.lines import TrainLine
 
 BAR_WIDTH = 24
 CLEAR_LINE = "\r\x1b[K"
@@ -34,7 +34,7 @@ class Progress:
         self.steps_per_s: Optional[float] = None
         self.bar_shown = False
 
-    def train(self, figures: TrainFigures) -> None:
+    def train(self, figures: TrainLine) -> None:
         now = self.clock()
         if self.first is None:
             self.first = (now, figures.global_step)
@@ -42,7 +42,7 @@ class Progress:
             self.steps_per_s = (figures.global_step - self.first[1]) / (now - self.first[0])
         self._draw(self.render(figures))
 
-    def render(self, f: TrainFigures) -> str:
+    def render(self, f: TrainLine) -> str:
         eta = (f"ETA {duration((f.steps - f.step) / self.steps_per_s)} (run {duration(f.steps_left / self.steps_per_s)})"
                if self.steps_per_s else "ETA …")  # fmt: skip
         return (f"epoch {f.epoch}/{f.epochs} {bar(f.step, f.steps)} {f.step}/{f.steps} steps · "

@@ -12,6 +12,8 @@ import sys
 from datetime import datetime, timezone
 from typing import Optional
 
+from trainer.lines import DoneLine, TrainLine
+
 from . import rank0_log as log
 from .kubectl import Kubectl, KubectlError
 from .progress import duration
@@ -44,8 +46,8 @@ def render(world: WorldRef, state: WorldState, timestamped_log: str, now: Option
         rows.append(f"newest checkpoint: {checkpoint.name} at global step {checkpoint.step}{age}")
     else:
         rows.append("newest checkpoint: none in rank 0's log yet")
-    rows.append(f"last {log.TRAIN} {(log.last_line(text, log.TRAIN) or ' none yet')[len(log.TRAIN):].strip()}")
-    if done := log.last_line(text, log.DONE):
+    rows.append(f"last {TrainLine.TAG} {(log.last_line(text, TrainLine.TAG) or ' none yet')[len(TrainLine.TAG):].strip()}")
+    if done := log.last_line(text, DoneLine.TAG):
         rows.append(done)
     rows += [f"waiting: {wait}" for wait in state.waits()]
     rows += [f"[node] {lost}" for lost in state.lost_nodes]

@@ -1,5 +1,5 @@
 """The demo's and the status view's reading of rank 0's lines, against the lines a real trainer prints:
-the env contract's counterpart for the log (the trainer writes them in trainer/loop.py)."""
+the env contract's counterpart for the log (both sides read and write them with trainer/lines.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from datetime import datetime, timezone
 
 import pytest
 
+from demo.__main__ import result_words
 from observe import rank0_log as log
 from observe.follow import Follower
 from observe.progress import CLEAR_LINE, Progress
 from toolchain.apiserver import free_port
-from trainer.console import fields, tagged
+from trainer.lines import CheckpointSaved, DoneLine, TrainLine, key_values, tagged
 from trainer_testing import clean_env, entrypoint_command, pod_env, run_to_end
 
 EPOCHS, STEPS, LOG_EVERY = 2, 8, 2  # 4096 samples in batches of 256 on 2 processes: 8 steps an epoch
@@ -30,21 +31,22 @@ def trainer_log(tmp_path_factory) -> str:
 
 
 def test_every_train_line_reads_as_the_figures_it_prints(trainer_log):
-    rows = tagged(trainer_log, log.TRAIN)
+    rows = tagged(trainer_log, TrainLine.TAG)
     assert len(rows) == EPOCHS * STEPS // LOG_EVERY
     for row in rows:
-        figures, printed = log.TrainFigures.parse(row), fields(row)
+        figures, printed = TrainLine.parse(row), key_values(row)
         assert f"{figures.epoch}/{figures.epochs}" == printed["epoch"]
         assert f"{figures.step}/{figures.steps}" == printed["step"]
         assert figures.global_step == int(printed["global_step"]) and figures.loss == float(printed["loss"])
         assert figures.unit == "samples" and figures.rate == float(printed["samples/s"])
-    last = log.TrainFigures.parse(rows[-1])
+        assert figures.text() == row, "read back, it writes the same line"
+    last = TrainLine.parse(rows[-1])
     assert (last.epochs, last.steps, last.global_step, last.steps_left) == (EPOCHS, STEPS, EPOCHS * STEPS, 0)
-    assert log.TrainFigures.parse(rows[0]).steps_left == EPOCHS * STEPS - LOG_EVERY
+    assert TrainLine.parse(rows[0]).steps_left == EPOCHS * STEPS - LOG_EVERY
 
 
 def test_the_newest_checkpoint_is_the_last_saved_one_with_its_time(trainer_log):
-    saved = [log.checkpoint_saved(row) for row in trainer_log.splitlines() if log.checkpoint_saved(row)]
+    saved = [(line.checkpoint, line.step) for row in trainer_log.splitlines() if (line := CheckpointSaved.parse(row))]
     assert [step for _, step in saved] == [4, 8, 12, 16]
     # as `kubectl logs --timestamps` prints them: RFC 3339 with nanoseconds
     stamped = "".join(f"2026-11-25T08:00:{second:02d}.123456789Z {row}\n" for second, row in enumerate(trainer_log.splitlines()))
@@ -55,12 +57,12 @@ def test_the_newest_checkpoint_is_the_last_saved_one_with_its_time(trainer_log):
 
 
 def test_progress_draws_a_bar_per_line_with_the_eta_from_the_world_s_pace(trainer_log):
-    rows = tagged(trainer_log, log.TRAIN)
+    rows = tagged(trainer_log, TrainLine.TAG)
     clock = iter(float(second) for second in range(100))  # one line a second: LOG_EVERY steps a second
     out = io.StringIO()
     progress = Progress(out, terminal=False, clock=lambda: next(clock))
     for row in rows:
-        progress.train(log.TrainFigures.parse(row))
+        progress.train(TrainLine.parse(row))
     drawn = out.getvalue().splitlines()
     assert len(drawn) == len(rows)
     assert drawn[0].startswith(f"epoch 1/{EPOCHS} ") and drawn[0].endswith("ETA …")
@@ -70,7 +72,7 @@ def test_progress_draws_a_bar_per_line_with_the_eta_from_the_world_s_pace(traine
 
 
 def test_a_new_world_starts_the_eta_again_and_lines_print_above_the_bar_on_a_terminal(trainer_log):
-    rows = [log.TrainFigures.parse(row) for row in tagged(trainer_log, log.TRAIN)]
+    rows = [TrainLine.parse(row) for row in tagged(trainer_log, TrainLine.TAG)]
     out = io.StringIO()
     progress = Progress(out, terminal=True, clock=iter([0.0, 1.0, 50.0]).__next__)
     progress.train(rows[0])
@@ -90,3 +92,22 @@ def test_the_hang_watch_s_verdict_is_said_in_one_line():
                "(no heartbeat): rank 1 in pod trainer-1 (at global step 17 or later: its last heartbeat's); rank 0 ends the world")  # fmt: skip
     follower._line(verdict)
     assert out.getvalue() == f"[hang] {verdict[len('[HANG] '):]}\n"
+
+
+def test_the_follower_says_what_a_real_log_says_and_keeps_rank_0_s_result(trainer_log):
+    out = io.StringIO()
+    follower = Follower(kubectl=None, world=None, out=out)
+    for row in trainer_log.splitlines():
+        follower._line(row)
+    said = [row for row in out.getvalue().splitlines() if not row.startswith("epoch ")]  # the bars aside
+    epochs = [row.removeprefix("[EPOCH] ") for row in tagged(trainer_log, "[EPOCH]")]
+    assert said == ["[wait] rendezvous: torchrun waits for every pod of the world to join",
+                    "[start] no checkpoint yet: the world trains from the start", *(f"[epoch] {e}" for e in epochs)], said
+    (rank_0,) = [line for row in tagged(trainer_log, DoneLine.TAG) if (line := DoneLine.parse(row)).rank == 0]
+    assert follower.done == rank_0 and follower.done.steps == EPOCHS * STEPS
+
+
+def test_the_demo_says_rank_0_s_result_as_it_always_has():
+    done = DoneLine.parse("[DONE] rank=0 epochs=2 train_loss=0.7459167316555977 val_loss=0.7903023362159729 "
+                          "val_ppl=2.2040626935070238 best=epoch-2 run=a steps=32 params_sum=-0.9125986515118711 seconds=3.605")  # fmt: skip
+    assert result_words(done) == "epochs=2 train_loss=0.7459 val_loss=0.7903 val_ppl=2.2041 best=epoch-2 run=a steps=32 seconds=3.6050"
