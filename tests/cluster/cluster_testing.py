@@ -22,6 +22,7 @@ from ddp_infra.world import World
 from infra_harness import DELETE, Evaluation, evaluate, stack_config_with, stack_file_config
 from pulumi_project import PulumiProject, Result
 from trainer import contract
+from trainer.lines import Resumed
 from trainer_testing import done_lines, is_training_process, resumed_lines, uninterrupted_result
 from waiting import wait_for
 from demo.stack import write_stack_config
@@ -380,7 +381,7 @@ def pod_resumed_lines(cluster: LocalCluster, index: int = 0) -> list[str]:
 
 def resumed_step(line: str) -> int:
     """The global step of the checkpoint a `[CKPT] resumed` line names."""
-    return int(line.split("ckpt-")[1][:8])
+    return Resumed.parse(line).global_step
 
 
 def wait_for_reform(cluster: LocalCluster, seen: int, timeout: float = 300) -> tuple[str, float]:

@@ -13,7 +13,8 @@ from PIL import Image
 from test_trainer_tracking import ARGS, STEPS, run_without, run_world, start_world, train_lines_by_step
 from trainer_testing import epoch_records
 
-from trainer import console, loss_curve
+from trainer import loss_curve
+from trainer.lines import tagged
 from trainer.outputs import TRAIN_STEPS, RunDir
 from trainer.stop import EXIT_STOPPED
 
@@ -107,8 +108,8 @@ def test_steps_redone_after_a_crash_are_drawn_once_with_the_resumed_figures(spaw
 def test_without_matplotlib_training_goes_on_and_says_so_once(tmp_path):
     code, text = run_without(tmp_path, "matplotlib")
     assert code == 0, text[-4000:]
-    assert "[DONE]" in text and len(console.tagged(text, "[EPOCH]")) == 2
-    warnings = [line for line in console.tagged(text, "[TRACK]") if "Loss curve" in line]
+    assert "[DONE]" in text and len(tagged(text, "[EPOCH]")) == 2
+    warnings = [line for line in tagged(text, "[TRACK]") if "Loss curve" in line]
     assert len(warnings) == 1 and "no matplotlib in this image" in warnings[0], text[-4000:]
     run = tmp_path / "run"
     assert not (run / loss_curve.PNG).exists()

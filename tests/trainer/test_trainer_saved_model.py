@@ -9,7 +9,7 @@ import pytest
 import torch
 from trainer_testing import PYTHON, clean_env, done_lines, run_to_end, write_corpus
 
-from trainer import console
+from trainer.lines import tagged
 from trainer.tasks.lm.model import GPT, GPTConfig
 
 LM_SHAPE = ["--seq-len", "16", "--d-model", "32", "--n-layer", "1", "--n-head", "2", "--dropout", "0.1"]
@@ -30,7 +30,7 @@ def in_a_fresh_process(tmp_path, name: str, args: list[str]) -> str:
 
 
 def load_line(text: str) -> dict[str, str]:
-    (line,) = console.tagged(text, "[LOAD]")
+    (line,) = tagged(text, "[LOAD]")
     return dict(field.split("=", 1) for field in line.split()[2:])
 
 

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from toolchain.apiserver import free_port
-from trainer import console
-from trainer import contract as c
+from trainer import contract as c, lines
+from trainer.lines import DoneLine, Resumed, TrainLine
 from trainer.outputs import METRICS
 from waiting import wait_for
 
@@ -113,18 +113,21 @@ class Proc:
 
 
 def done_lines(text: str) -> list[dict[str, str]]:
-    """The `[DONE] k=v ...` lines of a log, parsed."""
-    return [console.fields(row) for row in console.tagged(text, "[DONE]")]
+    """The `[DONE]` lines of a log, each read whole (trainer/lines.py), its fields as printed: equal runs
+    compare to the last digit."""
+    return [DoneLine.parse(row).fields() for row in lines.tagged(text, DoneLine.TAG)]
 
 
 def train_lines(text: str) -> list[dict[str, str]]:
-    """The `[TRAIN] k=v ...` lines of a log, parsed, in order."""
-    return [console.fields(row) for row in console.tagged(text, "[TRAIN]")]
+    """The `[TRAIN]` lines of a log, each read whole, its fields as printed, in order."""
+    return [TrainLine.parse(row).fields() for row in lines.tagged(text, TrainLine.TAG)]
 
 
 def resumed_lines(text: str) -> list[str]:
-    """The `[CKPT] resumed from ckpt-...` lines of a log."""
-    return console.tagged(text, "[CKPT] resumed from")
+    """The `[CKPT] resumed from ckpt-...` lines of a log, each one a resume (trainer/lines.py's Resumed)."""
+    found = lines.tagged(text, Resumed.PREFIX)
+    assert all(Resumed.parse(row) for row in found), found
+    return found
 
 
 def epoch_records(run: Path) -> list[dict]:
@@ -205,11 +208,11 @@ def uninterrupted_result(args: list[str], out: Path, threads: int = 1) -> dict[s
     code, text = run_to_end(entrypoint_command(args), env, out / "reference.log", timeout=240 * max(1.0, epochs / 8))
     assert code == 0, text[-4000:]
     # OMP_NUM_THREADS reaches both workers through torchrun, and torch computes on that many
-    processes = [line.rsplit(" threads=", 1)[-1] for line in text.splitlines() if line.startswith("[DDP] process ")]
+    processes = [lines.key_values(row)["threads"] for row in lines.tagged(text, lines.PROCESS_STARTED)]
     assert processes == [str(threads)] * 2, text[-4000:]
-    lines = done_lines(text)
-    assert len(lines) == 2 and same_result(lines[0]) == same_result(lines[1]), text[-4000:]
-    return same_result(lines[0])
+    done = done_lines(text)
+    assert len(done) == 2 and same_result(done[0]) == same_result(done[1]), text[-4000:]
+    return same_result(done[0])
 
 
 def worker_pids(pod_pid: int) -> list[int]:
