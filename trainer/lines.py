@@ -22,7 +22,7 @@ PROCESS_STARTED = "[DDP] process "  # a training process joined its world (train
 STOPPED = "[STOP]"  # a SIGTERM stopped the rank (trainer/train.py, trainer/stop.py)
 HANG = "[HANG]"  # the hang watch's verdict (trainer/hang_watch.py)
 PREFLIGHT_WAITING = "[PREFLIGHT] waiting for"  # a pod waits for pod 0 to be reachable (trainer/pod/preflight.py)
-CKPT = "[CKPT]"
+CKPT = "[CKPT]"  # the tag of every checkpoint line below, and of the store's skipped checkpoints
 
 
 def tagged(log: str, tag: str) -> list[str]:
