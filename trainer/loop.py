@@ -10,9 +10,7 @@ a checkpoint by time, are answered at the next of those syncs: within --log-ever
 
 from __future__ import annotations
 
-import hashlib
 import math
-import random
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
@@ -23,7 +21,7 @@ import torch
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.utils.data import DataLoader, Subset
 
-from trainer import console, flops, throughput
+from trainer import console, flops, seeding, throughput
 from trainer.checkpoint.record import CheckpointReason, CheckpointRecord
 from trainer.checkpoint.run_checkpoints import RunCheckpoints
 from trainer.distributed import Dist, sum_across
@@ -125,7 +123,7 @@ class Trainer:
         self.progress = Progress(warmup_samples=cfg.warmup_steps * world_step, epoch_samples=steps_per_epoch * world_step)
         # The model was initialized from the run's seed, the same on every rank; from here on each rank
         # draws its own dropout masks (a resume replaces this stream with the checkpoint's).
-        _seed_all(rank_seed(cfg.seed, d.rank, step=0))
+        seeding.seed_all(seeding.rank_seed(cfg.seed, d.rank, step=0))
 
     def _lr_factor(self) -> float:
         """Linear warmup, then cosine down to min_lr_ratio, over the samples the run has seen."""
@@ -170,15 +168,15 @@ class Trainer:
         state = {"model": model, "optimizer": optimizer}
         same_world = record.world_size == self.d.world_size
         if same_world:  # this rank's own streams; a resized world cannot replay the old ranks' streams
-            state["rng"] = {f"rank-{self.d.rank}": _rng_state(self.d.device)}
+            state["rng"] = {f"rank-{self.d.rank}": seeding.rng_state(self.d.device)}
         self.checkpoints.load_shards(state, shards)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         self._load_scaler_state(record.scaler)
         self.progress = Progress(**record.progress)
         if same_world:
-            _set_rng_state(state["rng"][f"rank-{self.d.rank}"])
+            seeding.set_rng_state(state["rng"][f"rank-{self.d.rank}"])
         else:
-            _seed_all(rank_seed(self.cfg.seed, self.d.rank, step=self.progress.global_step))
+            seeding.seed_all(seeding.rank_seed(self.cfg.seed, self.d.rank, step=self.progress.global_step))
 
     def _load_scaler_state(self, state: dict[str, Any]) -> None:
         """fp16's loss scale; a checkpoint saved in bf16 or fp32 (another GPU, the CPU) has none to give."""
@@ -192,7 +190,7 @@ class Trainer:
         if self.progress.global_step == self.checkpoints.saved_step:
             return  # this step's checkpoint is written already, or being written
         model, optimizer = get_state_dict(self.model, self.optimizer)
-        state = {"model": model, "optimizer": optimizer, "rng": {f"rank-{self.d.rank}": _rng_state(self.d.device)}}
+        state = {"model": model, "optimizer": optimizer, "rng": {f"rank-{self.d.rank}": seeding.rng_state(self.d.device)}}
         p, cfg = self.progress, self.cfg
         record = CheckpointRecord(
             reason=reason, world_size=self.d.world_size, batch=cfg.batch, grad_accum=cfg.grad_accum,
@@ -411,33 +409,3 @@ def _precision_name(amp_dtype: torch.dtype | None) -> str:
 
 def _perplexity(loss: float) -> float:
     return math.exp(loss) if loss < 50 else math.inf
-
-
-def _rng_state(device: torch.device) -> dict[str, Any]:
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-        "python": random.getstate(),
-    }
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] is not None:
-        torch.cuda.set_rng_state(state["cuda"])
-    random.setstate(state["python"])
-
-
-def rank_seed(seed: int, rank: int, step: int) -> int:
-    """The seed of one rank's random stream (dropout) when it starts at global step `step`.
-
-    Distinct per rank, so the ranks drop different units; distinct from the run's seed, so rank 0 does not
-    replay the numbers that initialized the weights; the same for the same run, so runs repeat.
-    """
-    digest = hashlib.sha256(f"run seed {seed}, rank {rank}, step {step}".encode()).digest()
-    return int.from_bytes(digest[:8], "little")
-
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
