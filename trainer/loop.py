@@ -10,7 +10,6 @@ a checkpoint by time, are answered at the next of those syncs: within --log-ever
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
@@ -30,6 +29,7 @@ from trainer.lines import DoneLine, EpochLine, NoCheckpoint, Resized, Resumed, S
 from trainer.load import params_sum, write_card
 from trainer.optimizer import make_adamw
 from trainer.outputs import RunDir, write_json
+from trainer.progress import Progress, perplexity, run_summary
 from trainer.sample_record import IndexedDataset, SampleRecord
 from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest, answer_bound
@@ -60,24 +60,6 @@ class TrainConfig:
     grad_compression: str = "none"  # a key of throughput.GRAD_COMPRESSION
 
 
-@dataclass
-class Progress:
-    epoch: int = 0  # epochs completed
-    step_in_epoch: int = 0  # optimizer steps completed in the current epoch
-    global_step: int = 0
-    samples_in_epoch: int = 0  # taken by the whole world this epoch: where a world of any size goes on
-    samples_seen: int = 0  # over all epochs: where the learning-rate schedule stands
-    # The schedule in samples, fixed when the run starts, so that a resized world continues it;
-    # its length follows --epochs (a run given more epochs stretches it).
-    warmup_samples: int = 0
-    epoch_samples: int = 0  # what an epoch trains: whole steps of the world that started the run
-    epoch_loss_sum: float = 0.0  # summed over all ranks, for the epoch's mean train loss
-    epoch_units: float = 0.0
-    best_val_loss: float = math.inf
-    best_epoch: int = 0  # 1-based; 0: none yet
-    last_train_loss: float = math.nan  # of the last completed epoch, for a restart that finds the run done
-
-
 class Stopped(Exception):
     """SIGTERM reached a rank; every rank has stopped at the same step, after a checkpoint."""
 
@@ -103,8 +85,8 @@ class Trainer:
         loader_rng = torch.Generator().manual_seed(cfg.seed + d.rank)
         # --sample-record: each sample's index goes with it through the loader to the step, which records the
         # ids it trained (trainer/sample_record.py); without it the loader reads the task's dataset as it is.
-        self.record = SampleRecord(sample_record, d) if sample_record else None
-        train_set = IndexedDataset(task.train_set) if self.record else task.train_set
+        self.sample_record = SampleRecord(sample_record, d) if sample_record else None
+        train_set = IndexedDataset(task.train_set) if self.sample_record else task.train_set
         self.loader = DataLoader(train_set, cfg.batch, sampler=self.sampler, drop_last=True, num_workers=cfg.workers,
                                  pin_memory=pin, generator=loader_rng)  # fmt: skip
         # each rank validates every world_size-th item: no padding, so the mean is over the exact set
@@ -125,15 +107,6 @@ class Trainer:
         # draws its own dropout masks (a resume replaces this stream with the checkpoint's).
         seeding.seed_all(seeding.rank_seed(cfg.seed, d.rank, step=0))
 
-    def _lr_factor(self) -> float:
-        """Linear warmup, then cosine down to min_lr_ratio, over the samples the run has seen."""
-        p = self.progress
-        if p.samples_seen < p.warmup_samples:
-            return (p.samples_seen + self.sampler.world_step) / p.warmup_samples
-        done = (p.samples_seen - p.warmup_samples) / max(1, self.cfg.epochs * p.epoch_samples - p.warmup_samples)
-        floor = self.cfg.min_lr_ratio
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
-
     def _steps_in_epoch(self) -> int:
         """This epoch's steps: those done (by this or an earlier world) and those this world has left."""
         return self.progress.step_in_epoch + self.sampler.steps_after(self.progress.samples_in_epoch)
@@ -147,32 +120,32 @@ class Trainer:
             if self.d.is_main:
                 self.run.forget_metrics_from(1)
             return
-        name, record = resumed
+        name, checkpoint = resumed
         if self.d.is_main:
             self.run.forget_metrics_from(self.progress.epoch + 1)
         p = self.progress
         where = (f"all {p.epoch} epochs done" if p.epoch >= self.cfg.epochs
                  else f"epoch {p.epoch + 1} step {p.step_in_epoch}/{self._steps_in_epoch()} "
                       f"sample {p.samples_in_epoch}/{len(self.task.train_set)}")  # fmt: skip
-        resized = record.world_size != self.d.world_size
+        resized = checkpoint.world_size != self.d.world_size
         # The rule of a resize: each process keeps its batch, so the global batch follows the world's
         # size; the learning-rate schedule goes on in samples.
-        was_batch = record.world_size * record.batch * record.grad_accum
-        world = Resized(self.d.world_size, record.world_size, self.sampler.world_step, was_batch) if resized else None
+        was_batch = checkpoint.world_size * checkpoint.batch * checkpoint.grad_accum
+        world = Resized(self.d.world_size, checkpoint.world_size, self.sampler.world_step, was_batch) if resized else None
         # which checkpoint it was (sigterm: the world stopped where it was; periodic, time, epoch end:
         # it was lost, and what it trained after this checkpoint is trained again)
-        self.log(Resumed(name, where, p.global_step, record.reason, world).text())
+        self.log(Resumed(name, where, p.global_step, checkpoint.reason, world).text())
 
-    def _load_checkpoint(self, shards: Path, record: CheckpointRecord) -> None:
+    def _load_checkpoint(self, shards: Path, checkpoint: CheckpointRecord) -> None:
         model, optimizer = get_state_dict(self.model, self.optimizer)
         state = {"model": model, "optimizer": optimizer}
-        same_world = record.world_size == self.d.world_size
+        same_world = checkpoint.world_size == self.d.world_size
         if same_world:  # this rank's own streams; a resized world cannot replay the old ranks' streams
             state["rng"] = {f"rank-{self.d.rank}": seeding.rng_state(self.d.device)}
         self.checkpoints.load_shards(state, shards)
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-        self._load_scaler_state(record.scaler)
-        self.progress = Progress(**record.progress)
+        self._load_scaler_state(checkpoint.scaler)
+        self.progress = Progress(**checkpoint.progress)
         if same_world:
             seeding.set_rng_state(state["rng"][f"rank-{self.d.rank}"])
         else:
@@ -192,12 +165,12 @@ class Trainer:
         model, optimizer = get_state_dict(self.model, self.optimizer)
         state = {"model": model, "optimizer": optimizer, "rng": {f"rank-{self.d.rank}": seeding.rng_state(self.d.device)}}
         p, cfg = self.progress, self.cfg
-        record = CheckpointRecord(
+        checkpoint = CheckpointRecord(
             reason=reason, world_size=self.d.world_size, batch=cfg.batch, grad_accum=cfg.grad_accum,
             schedule_samples=cfg.epochs * p.epoch_samples, precision=_precision_name(self.amp_dtype),
             progress=asdict(p), scaler=self.scaler.state_dict(),
         )
-        self.checkpoints.save(p.global_step, state, record)
+        self.checkpoints.save(p.global_step, state, checkpoint)
 
     # --- training ---------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -205,8 +178,8 @@ class Trainer:
         # from here on a SIGTERM can be answered with a checkpoint (or, stuck with a gone peer, ends the rank)
         self.stop.install(answer_within=lambda: answer_bound(self.watch.slowest_step()))
         self.ddp.train()
-        if self.record:
-            self.record.open(resumed_at_step=self.progress.global_step)  # one broadcast, in this opt-in record only
+        if self.sample_record:
+            self.sample_record.open(resumed_at_step=self.progress.global_step)  # one broadcast, in this opt-in record only
         last = {}
         while self.progress.epoch < self.cfg.epochs:
             epoch_started = time.perf_counter()
@@ -215,8 +188,8 @@ class Trainer:
             last = self._end_epoch(time.perf_counter() - epoch_started, self.progress.epoch_units - epoch_units_before)
         if not last:  # a restart after the last epoch: report the finished run, train nothing
             val_loss = self.validate()
-            last = {"epochs": self.progress.epoch, "train_loss": self.progress.last_train_loss, "val_loss": val_loss,
-                    "val_ppl": _perplexity(val_loss), "best": f"epoch-{self.progress.best_epoch}"}  # fmt: skip
+            p = self.progress
+            last = run_summary(p.epoch, p.last_train_loss, val_loss, p.best_epoch)
         with self.watch.busy("writing the last checkpoint"):
             self.checkpoints.close()  # the last checkpoint is written and committed before the run reports done
         done = DoneLine(rank=self.d.rank, **last, run=self.run_name, steps=self.progress.global_step,
@@ -232,17 +205,14 @@ class Trainer:
         batches = iter(self.loader)
         window = _Window(self.d.device)
         while p.step_in_epoch < steps_in_epoch:
-            lr = cfg.lr * self._lr_factor()
+            lr = cfg.lr * p.lr_factor(self.sampler.world_step, cfg.epochs, cfg.min_lr_ratio)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self._step(batches, window)
-            p.step_in_epoch += 1
-            p.global_step += 1
-            if self.record:
-                self.record.step(p.global_step, p.epoch)  # written before this step can be checkpointed
+            p.step_done(self.sampler.world_step)
+            if self.sample_record:
+                self.sample_record.step(p.global_step, p.epoch)  # written before this step can be checkpointed
             self.watch.beat(p.global_step)
-            p.samples_in_epoch += self.sampler.world_step
-            p.samples_seen += self.sampler.world_step
             last = p.step_in_epoch == steps_in_epoch
             checkpoint_now = cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0 and not last
             if not (p.step_in_epoch % cfg.log_every == 0 or last or checkpoint_now):
@@ -253,8 +223,7 @@ class Trainer:
                 self.d, [window.loss_sum, window.units, float(self.stop.requested), float(self.checkpoints.time_is_up()), *forward_s]
             )
             seconds = time.perf_counter() - window.started  # after the sync: the device's time, not the host's
-            p.epoch_loss_sum += loss_sum
-            p.epoch_units += units
+            p.add_losses(loss_sum, units)
             rate = units / seconds
             mfu = flops.mfu(self.task.flops_per_unit, rate / self.d.world_size, self.peak_flops)
             line = TrainLine(p.epoch + 1, cfg.epochs, p.step_in_epoch, steps_in_epoch, p.global_step, p.samples_seen,
@@ -281,8 +250,8 @@ class Trainer:
         accum = self.cfg.grad_accum
         for micro in range(accum):
             batch = next(batches)
-            if self.record:
-                batch = self.record.take(batch)  # its ids, kept on the host
+            if self.sample_record:
+                batch = self.sample_record.take(batch)  # its ids, kept on the host
             batch = to_device(batch, self.d.device)
             sync = micro == accum - 1
             with nullcontext() if sync else self.ddp.no_sync(), self._autocast(), window.timing_forward():
@@ -298,33 +267,22 @@ class Trainer:
         window.steps += 1
 
     def _end_epoch(self, seconds: float, units: float) -> dict[str, Any]:
-        p = self.progress
-        epoch = p.epoch + 1
-        val_loss = self.validate()
-        train_loss = p.epoch_loss_sum / p.epoch_units
-        improved = val_loss < p.best_val_loss
-        if improved:
-            p.best_val_loss, p.best_epoch = val_loss, epoch
-        record = {"epoch": epoch, "global_step": p.global_step, "samples": p.samples_in_epoch, "train_loss": train_loss, "val_loss": val_loss,
-                  "val_ppl": _perplexity(val_loss), f"{self.task.unit}_per_s": round(units / seconds, 1),
-                  "seconds": round(seconds, 3), "best_epoch": p.best_epoch}  # fmt: skip
+        end = self.progress.end_epoch(self.validate())
+        metrics = end.metrics(self.task.unit, units, seconds)
         if self.d.is_main:
-            with self.watch.busy(f"writing epoch {epoch}'s model"):
-                directory = self.run.epoch_dir(epoch)
+            with self.watch.busy(f"writing epoch {end.epoch}'s model"):
+                directory = self.run.epoch_dir(end.epoch)
                 self.task.save(self.model, directory)
                 write_card(directory, self.model, self.task.card)
-                write_json(directory / "metrics.json", record)
-                self.run.append_metrics(record)
-                self.trackers.log_epoch(record)
-                if improved:
-                    self.run.mark_best(epoch)
-        self.log(EpochLine(epoch, self.cfg.epochs, train_loss, val_loss, _perplexity(val_loss), self.task.unit,
-                           units / seconds, p.best_epoch).text())  # fmt: skip
-        p.epoch, p.step_in_epoch, p.samples_in_epoch, p.epoch_loss_sum, p.epoch_units = epoch, 0, 0, 0.0, 0.0
-        p.last_train_loss = train_loss
+                write_json(directory / "metrics.json", metrics)
+                self.run.append_metrics(metrics)
+                self.trackers.log_epoch(metrics)
+                if end.improved:
+                    self.run.mark_best(end.epoch)
+        self.log(EpochLine(end.epoch, self.cfg.epochs, end.train_loss, end.val_loss, perplexity(end.val_loss), self.task.unit,
+                           units / seconds, end.best_epoch).text())  # fmt: skip
         self.save_checkpoint(CheckpointReason.EPOCH_END)
-        return {"epochs": epoch, "train_loss": train_loss, "val_loss": val_loss, "val_ppl": _perplexity(val_loss),
-                "best": f"epoch-{p.best_epoch}"}  # fmt: skip
+        return end.summary()
 
     @torch.no_grad()
     def validate(self) -> float:
@@ -405,7 +363,3 @@ def _amp_dtype(device: torch.device) -> torch.dtype | None:
 
 def _precision_name(amp_dtype: torch.dtype | None) -> str:
     return {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}[amp_dtype]
-
-
-def _perplexity(loss: float) -> float:
-    return math.exp(loss) if loss < 50 else math.inf
