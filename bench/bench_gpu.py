@@ -136,7 +136,8 @@ def trainer_case(name, vocab, batch, d, stop, tmp: Path, extra_flags=()):
     from trainer.tasks.lm import task as lm
     from trainer.distributed import sum_across
     from trainer.tasks.lm.model import GPT, GPTConfig
-    from trainer.loop import Trainer, _Window
+    from trainer.loop import Trainer
+    from trainer.step import StepWindow
     from trainer.outputs import RunDir
     from trainer.tasks.task import Task, save_state_dict
 
@@ -164,7 +165,7 @@ def trainer_case(name, vocab, batch, d, stop, tmp: Path, extra_flags=()):
         model = GPT(cfg)
         task = Task(model, train_set, val_set, lm._next_token_loss, "tokens", save_state_dict, {}, model.flops_per_token())
     trainer = Trainer(task, d, train.config_of(args), RunDir(tmp / name), stop, name)
-    trainer.ddp.train()
+    trainer.step.ddp.train()
 
     def forever():
         epoch = 0
@@ -174,22 +175,22 @@ def trainer_case(name, vocab, batch, d, stop, tmp: Path, extra_flags=()):
             epoch += 1
 
     batches = forever()
-    last = {"window": _Window(d.device)}
+    last = {"window": StepWindow(d.device)}
 
     def step():
         window = last["window"]
-        trainer._step(batches, window)  # the loop's own step: compile, AMP, fused AdamW, clip, DDP
+        trainer.step(batches, window)  # the loop's own step: compile, AMP, fused AdamW, clip, DDP
         if window.steps % trainer.cfg.log_every == 0:  # as _train_epoch does: one sync per log interval
             total, units, _ = sum_across(d, [window.loss_sum, window.units, float(stop.requested)])
-            last["loss"], last["window"] = total / units, _Window(d.device)
+            last["loss"], last["window"] = total / units, StepWindow(d.device)
 
     path = {
-        "amp_dtype": str(trainer.amp_dtype), "grad_scaler_enabled": trainer.scaler.is_enabled(),
-        "optimizer": type(trainer.optimizer).__name__,
-        "optimizer_fused": trainer.optimizer.defaults.get("fused"), "optimizer_foreach": trainer.optimizer.defaults.get("foreach"),
-        "param_groups": [(len(g["params"]), g["weight_decay"]) for g in trainer.optimizer.param_groups],
-        "betas": trainer.cfg.betas, "grad_clip": trainer.cfg.grad_clip, "ddp": type(trainer.ddp).__name__,
-        "compiled": trainer.step_model is not trainer.ddp, "tf32": torch.backends.cuda.matmul.fp32_precision,
+        "amp_dtype": str(trainer.step.amp_dtype), "grad_scaler_enabled": trainer.step.scaler.is_enabled(),
+        "optimizer": type(trainer.step.optimizer).__name__,
+        "optimizer_fused": trainer.step.optimizer.defaults.get("fused"), "optimizer_foreach": trainer.step.optimizer.defaults.get("foreach"),
+        "param_groups": [(len(g["params"]), g["weight_decay"]) for g in trainer.step.optimizer.param_groups],
+        "betas": trainer.cfg.betas, "grad_clip": trainer.cfg.grad_clip, "ddp": type(trainer.step.ddp).__name__,
+        "compiled": trainer.step.compiled is not trainer.step.ddp, "tf32": torch.backends.cuda.matmul.fp32_precision,
         "vocab": task.model.cfg.vocab_size, "padded_vocab": task.model.cfg.padded_vocab, "batch": batch, "lr_warmup_steps": trainer.cfg.warmup_steps,
     }  # fmt: skip
     case = Case(name, step, batch * args.seq_len, task.model, finish=lambda: last.get("loss"))
@@ -290,10 +291,10 @@ def matmul_ceiling() -> float:
 
 def fp16_scaler_check(d, stop, tmp: Path) -> dict:
     """The fp16 + GradScaler path, which the trainer picks only without bf16: forced here by replacing
-    loop._amp_dtype for one small Trainer (grad-accum 2, clip 1.0), 60 steps on learnable tokens."""
+    step.amp_dtype for one small Trainer (grad-accum 2, clip 1.0), 60 steps on learnable tokens."""
     import torch
 
-    from trainer import loop, train
+    from trainer import loop, step, train
     from trainer.tasks.lm import task as lm
     from trainer.distributed import sum_across
     from trainer.tasks.lm.model import GPT, GPTConfig
@@ -307,27 +308,27 @@ def fp16_scaler_check(d, stop, tmp: Path) -> dict:
     blocks = torch.stack([period[i % 64 : i % 64 + args.seq_len + 1] for i in range(2048)])
     cfg = GPTConfig(257, args.seq_len, args.n_layer, args.n_head, args.d_model, 0.0)
     task = Task(GPT(cfg), blocks, blocks[:32], lm._next_token_loss, "tokens", save_state_dict)
-    original = loop._amp_dtype
-    loop._amp_dtype = lambda device: torch.float16
+    original = step.amp_dtype
+    step.amp_dtype = lambda device: torch.float16
     try:
         trainer = loop.Trainer(task, d, train.config_of(args), RunDir(tmp / "fp16"), stop, "fp16")
     finally:
-        loop._amp_dtype = original
+        step.amp_dtype = original
     batches = iter(trainer.loader)
     losses, scales = [], []
     for _ in range(min(60, len(trainer.loader))):
-        window = loop._Window(d.device)
-        trainer._step(batches, window)
+        window = step.StepWindow(d.device)
+        trainer.step(batches, window)
         loss_sum, units, _ = sum_across(d, [window.loss_sum, window.units, 0.0])
         losses.append(loss_sum / units)
-        scales.append(trainer.scaler.get_scale())
+        scales.append(trainer.step.scaler.get_scale())
     val = trainer.validate()
     params_finite = all(bool(torch.isfinite(p).all()) for p in trainer.model.parameters())
     trainer.progress.global_step = len(losses)
     trainer.save_checkpoint("fp16 check")  # gather RNG states, save; then load it back as resume does
     found = trainer.store.load_newest()
     result = {
-        "amp_dtype": str(trainer.amp_dtype), "grad_scaler_enabled": trainer.scaler.is_enabled(),
+        "amp_dtype": str(trainer.step.amp_dtype), "grad_scaler_enabled": trainer.step.scaler.is_enabled(),
         "steps": len(losses), "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
         "val_loss": round(val, 4), "scale_first": scales[0], "scale_last": scales[-1],
         "scale_drops": sum(1 for a, b in zip(scales, scales[1:]) if b < a), "params_finite": params_finite,

@@ -80,7 +80,7 @@ def main() -> None:
         task = smoke.make_task(args)
         floor = Floor(copy.deepcopy(task.model), task.train_set, args.batch, args.lr, args.seed)
         trainer = Trainer(task, d, train.config_of(args), RunDir(Path(tmp) / "bench"), StopRequest(), "bench")
-        trainer.ddp.train()
+        trainer.step.ddp.train()
         trainer_s, floor_s = [], []
         for _ in range(options.rounds):
             trainer_s.append(trainer_epoch(trainer))

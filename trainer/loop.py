@@ -11,7 +11,6 @@ a checkpoint by time, are answered at the next of those syncs: within --log-ever
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,17 +19,17 @@ import torch
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.utils.data import DataLoader, Subset
 
-from trainer import console, flops, seeding, throughput
+from trainer import console, flops, seeding
 from trainer.checkpoint.record import CheckpointReason, CheckpointRecord
 from trainer.checkpoint.run_checkpoints import RunCheckpoints
 from trainer.distributed import Dist, sum_across
 from trainer.hang_watch import HangWatch, stragglers
 from trainer.lines import DoneLine, EpochLine, NoCheckpoint, Resized, Resumed, Straggler, TrainLine
 from trainer.load import params_sum, write_card
-from trainer.optimizer import make_adamw
 from trainer.outputs import RunDir, write_json
 from trainer.progress import Progress, perplexity, run_summary
 from trainer.sample_record import IndexedDataset, SampleRecord
+from trainer.step import OptimizerStep, StepWindow
 from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest, answer_bound
 from trainer.tasks.task import Task, to_device
@@ -71,21 +70,16 @@ class Trainer:
         self.trackers: Trackers = NO_TRACKERS  # rank 0's own, set once resume() has found the step the run goes on from
         self.watch = HangWatch.off()  # the world's hang watch, set while it trains
         self.model = task.model.to(d.device)
-        if cfg.tf32:
-            throughput.use_tf32(d.device)
-        self.ddp = throughput.wrap_ddp(self.model, d.device, cfg.grad_compression)
-        compiling = cfg.compile if cfg.compile is not None else d.device.type == "cuda"
-        self.step_model = throughput.maybe_compile(self.ddp, compiling)  # what the training step calls
+        # --sample-record: each sample's index goes with it through the loader to the step, which records the
+        # ids it trained (trainer/sample_record.py); without it the loader reads the task's dataset as it is.
+        self.sample_record = SampleRecord(sample_record, d) if sample_record else None
+        self.step = OptimizerStep(task, self.model, cfg, d.device, self.sample_record)
         self.peak_flops = flops.peak_flops(d.device)
-        self.optimizer = make_adamw(self.model, cfg.lr, cfg.weight_decay, cfg.betas, d.device)
         self.sampler = EpochSampler(len(task.train_set), d.world_size, d.rank, cfg.seed, cfg.batch * cfg.grad_accum)
         pin = d.device.type == "cuda"
         # Starting an iterator draws a seed for the loader's workers: from a generator of the loaders' own, not
         # from the global RNG that dropout uses, which a resumed epoch's extra start would shift.
         loader_rng = torch.Generator().manual_seed(cfg.seed + d.rank)
-        # --sample-record: each sample's index goes with it through the loader to the step, which records the
-        # ids it trained (trainer/sample_record.py); without it the loader reads the task's dataset as it is.
-        self.sample_record = SampleRecord(sample_record, d) if sample_record else None
         train_set = IndexedDataset(task.train_set) if self.sample_record else task.train_set
         self.loader = DataLoader(train_set, cfg.batch, sampler=self.sampler, drop_last=True, num_workers=cfg.workers,
                                  pin_memory=pin, generator=loader_rng)  # fmt: skip
@@ -98,8 +92,6 @@ class Trainer:
                 f"{len(task.train_set)} samples cannot fill one step of {d.world_size} processes x "
                 f"{cfg.batch} x {cfg.grad_accum}: lower --batch or --grad-accum"
             )
-        self.amp_dtype = _amp_dtype(d.device) if cfg.amp else None
-        self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.amp_dtype == torch.float16)
         self.checkpoints = RunCheckpoints(run.checkpoints, cfg.keep_checkpoints, d, cfg.checkpoint_every_seconds)
         world_step = self.sampler.world_step
         self.progress = Progress(warmup_samples=cfg.warmup_steps * world_step, epoch_samples=steps_per_epoch * world_step)
@@ -137,13 +129,13 @@ class Trainer:
         self.log(Resumed(name, where, p.global_step, checkpoint.reason, world).text())
 
     def _load_checkpoint(self, shards: Path, checkpoint: CheckpointRecord) -> None:
-        model, optimizer = get_state_dict(self.model, self.optimizer)
+        model, optimizer = get_state_dict(self.model, self.step.optimizer)
         state = {"model": model, "optimizer": optimizer}
         same_world = checkpoint.world_size == self.d.world_size
         if same_world:  # this rank's own streams; a resized world cannot replay the old ranks' streams
             state["rng"] = {f"rank-{self.d.rank}": seeding.rng_state(self.d.device)}
         self.checkpoints.load_shards(state, shards)
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        set_state_dict(self.model, self.step.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         self._load_scaler_state(checkpoint.scaler)
         self.progress = Progress(**checkpoint.progress)
         if same_world:
@@ -153,22 +145,22 @@ class Trainer:
 
     def _load_scaler_state(self, state: dict[str, Any]) -> None:
         """fp16's loss scale; a checkpoint saved in bf16 or fp32 (another GPU, the CPU) has none to give."""
-        if self.scaler.is_enabled() and not state:
+        if self.step.scaler.is_enabled() and not state:
             self.log("[CKPT] the checkpoint has no loss-scaler state (saved in bf16 or fp32): fp16 starts from the initial scale")
             return
-        self.scaler.load_state_dict(state)  # a disabled scaler (bf16, fp32) ignores an fp16 run's state
+        self.step.scaler.load_state_dict(state)  # a disabled scaler (bf16, fp32) ignores an fp16 run's state
 
     def save_checkpoint(self, reason: CheckpointReason) -> None:
         """Called by every rank at the same step: each stages its state and writes its share in the background."""
         if self.progress.global_step == self.checkpoints.saved_step:
             return  # this step's checkpoint is written already, or being written
-        model, optimizer = get_state_dict(self.model, self.optimizer)
+        model, optimizer = get_state_dict(self.model, self.step.optimizer)
         state = {"model": model, "optimizer": optimizer, "rng": {f"rank-{self.d.rank}": seeding.rng_state(self.d.device)}}
         p, cfg = self.progress, self.cfg
         checkpoint = CheckpointRecord(
             reason=reason, world_size=self.d.world_size, batch=cfg.batch, grad_accum=cfg.grad_accum,
-            schedule_samples=cfg.epochs * p.epoch_samples, precision=_precision_name(self.amp_dtype),
-            progress=asdict(p), scaler=self.scaler.state_dict(),
+            schedule_samples=cfg.epochs * p.epoch_samples, precision=self.step.precision,
+            progress=asdict(p), scaler=self.step.scaler.state_dict(),
         )
         self.checkpoints.save(p.global_step, state, checkpoint)
 
@@ -177,7 +169,7 @@ class Trainer:
         started = time.perf_counter()
         # from here on a SIGTERM can be answered with a checkpoint (or, stuck with a gone peer, ends the rank)
         self.stop.install(answer_within=lambda: answer_bound(self.watch.slowest_step()))
-        self.ddp.train()
+        self.step.ddp.train()
         if self.sample_record:
             self.sample_record.open(resumed_at_step=self.progress.global_step)  # one broadcast, in this opt-in record only
         last = {}
@@ -203,12 +195,11 @@ class Trainer:
         self.sampler.set_epoch(p.epoch, start=p.samples_in_epoch)
         steps_in_epoch = self._steps_in_epoch()
         batches = iter(self.loader)
-        window = _Window(self.d.device)
+        window = StepWindow(self.d.device)
         while p.step_in_epoch < steps_in_epoch:
             lr = cfg.lr * p.lr_factor(self.sampler.world_step, cfg.epochs, cfg.min_lr_ratio)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
-            self._step(batches, window)
+            self.step.set_lr(lr)
+            self.step(batches, window)
             p.step_done(self.sampler.world_step)
             if self.sample_record:
                 self.sample_record.step(p.global_step, p.epoch)  # written before this step can be checkpointed
@@ -242,29 +233,7 @@ class Trainer:
                 self.save_checkpoint(CheckpointReason.PERIODIC)  # the epoch's last step is saved by the epoch end
             elif time_is_up and not last:
                 self.save_checkpoint(CheckpointReason.TIME)
-            window = _Window(self.d.device)
-
-    def _step(self, batches, window: _Window) -> None:
-        """One optimizer step over grad_accum micro-batches; gradients are all-reduced once, on the last.
-        Its losses are added to `window`, on the device."""
-        accum = self.cfg.grad_accum
-        for micro in range(accum):
-            batch = next(batches)
-            if self.sample_record:
-                batch = self.sample_record.take(batch)  # its ids, kept on the host
-            batch = to_device(batch, self.d.device)
-            sync = micro == accum - 1
-            with nullcontext() if sync else self.ddp.no_sync(), self._autocast(), window.timing_forward():
-                loss, n = self.task.loss(self.step_model, batch)
-            self.scaler.scale(loss / accum if accum > 1 else loss).backward()
-            window.add(loss, n)
-        if self.cfg.grad_clip > 0:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        window.steps += 1
+            window = StepWindow(self.d.device)
 
     def _end_epoch(self, seconds: float, units: float) -> dict[str, Any]:
         end = self.progress.end_epoch(self.validate())
@@ -290,7 +259,7 @@ class Trainer:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.d.device)
         units = 0
         for batch in self.val_loader:
-            with self._autocast():
+            with self.step.autocast():
                 loss, n = self.task.loss(self.model, to_device(batch, self.d.device))
             loss_sum += loss.double() * n
             units += n
@@ -298,11 +267,6 @@ class Trainer:
         self.model.train()
         total, count = sum_across(self.d, [loss_sum, units])
         return total / count
-
-    def _autocast(self):
-        if self.amp_dtype is None:
-            return nullcontext()
-        return torch.autocast(self.d.device.type, dtype=self.amp_dtype)
 
     def _stragglers(self, forward_s: list[float]) -> tuple[Straggler, ...]:
         """Each rank whose forward passes were much slower, with its pod."""
@@ -312,54 +276,3 @@ class Trainer:
         """Rank 0 speaks for the world."""
         if self.d.is_main:
             console.line(line)
-
-
-class _Window:
-    """This rank's figures since the last sync: the loss summed on the device, read only at the sync."""
-
-    def __init__(self, device: torch.device):
-        self.loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        self.units = 0
-        self.steps = 0
-        self.started = time.perf_counter()
-        self._cuda = device.type == "cuda"
-        self._forward_s = 0.0
-        self._forward_events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-
-    @contextmanager
-    def timing_forward(self):
-        """Times a forward pass, this rank's own work: on the host's clock, or the GPU's events on CUDA."""
-        if self._cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            yield
-            end.record()
-            self._forward_events.append((start, end))
-        else:
-            started = time.perf_counter()
-            yield
-            self._forward_s += time.perf_counter() - started
-
-    def forward_seconds(self) -> float:
-        if self._forward_events:
-            self._forward_events[-1][1].synchronize()  # the last forward is done; the backward may still run
-            self._forward_s += sum(start.elapsed_time(end) for start, end in self._forward_events) / 1e3
-            self._forward_events.clear()
-        return self._forward_s
-
-    def add(self, loss: torch.Tensor, units: int) -> None:
-        """One micro-batch's mean loss over its `units`: a single kernel, no host sync."""
-        self.loss_sum.add_(loss.detach(), alpha=units)
-        self.units += units
-
-
-def _amp_dtype(device: torch.device) -> torch.dtype | None:
-    if device.type != "cuda":
-        return None  # CPU autocast is slower than fp32 for these models
-    # Native bf16 only (compute capability 8.0 on): where torch would emulate it (T4, V100) it is slow,
-    # and fp16 with a loss scaler is what those GPUs run fast.
-    return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
-
-
-def _precision_name(amp_dtype: torch.dtype | None) -> str:
-    return {torch.bfloat16: "bf16", torch.float16: "fp16", None: "fp32"}[amp_dtype]

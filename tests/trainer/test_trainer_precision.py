@@ -9,7 +9,7 @@ import torch
 from trainer_testing import PYTHON, clean_env, done_lines, run_to_end
 
 from trainer.checkpoint.store import CheckpointStore
-from trainer.loop import _amp_dtype
+from trainer.step import amp_dtype
 
 
 def pretend_gpu(monkeypatch, major: int, bf16_emulated: bool) -> None:
@@ -24,21 +24,21 @@ def pretend_gpu(monkeypatch, major: int, bf16_emulated: bool) -> None:
 @pytest.mark.parametrize("major", [7, 6])  # T4 and V100 (7.x), P100 (6.0): bf16 only emulated
 def test_a_gpu_that_only_emulates_bf16_trains_in_fp16(monkeypatch, major):
     pretend_gpu(monkeypatch, major, bf16_emulated=True)
-    assert _amp_dtype(torch.device("cuda", 0)) == torch.float16
+    assert amp_dtype(torch.device("cuda", 0)) == torch.float16
 
 
 @pytest.mark.parametrize("major", [8, 9])  # A100, H100
 def test_a_gpu_with_native_bf16_trains_in_bf16(monkeypatch, major):
     pretend_gpu(monkeypatch, major, bf16_emulated=True)
-    assert _amp_dtype(torch.device("cuda", 0)) == torch.bfloat16
+    assert amp_dtype(torch.device("cuda", 0)) == torch.bfloat16
 
 
 def test_the_cpu_trains_in_fp32():
-    assert _amp_dtype(torch.device("cpu")) is None
+    assert amp_dtype(torch.device("cpu")) is None
 
 
 # The fp16 branch on the CPU: torch's CPU autocast and GradScaler("cpu") run the same code as on a GPU.
-IN_FP16 = "import sys, torch; from trainer import loop, train; loop._amp_dtype = lambda device: torch.float16; sys.exit(train.main(sys.argv[1:]))"
+IN_FP16 = "import sys, torch; from trainer import step, train; step.amp_dtype = lambda device: torch.float16; sys.exit(train.main(sys.argv[1:]))"
 
 
 def scaler_state_of(run) -> dict:
