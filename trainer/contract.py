@@ -241,7 +241,7 @@ OMP_NUM_THREADS = "OMP_NUM_THREADS"
 # --- what the user's own env (the stack's `env` map) or the image sets, and the trainer reads -----
 # Plain names, not EnvVars: the stack never sets them, and a user may.
 HF_HOME = "HF_HOME"  # the Hugging Face cache; the image puts it under /tmp
-MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"  # an http(s) MLflow server: run tracking (trainer/tracking.py)
+MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"  # an http(s) MLflow server: run tracking (trainer/tracking/mlflow_run.py)
 MLFLOW_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
 MLFLOW_TRACKING_TOKEN = "MLFLOW_TRACKING_TOKEN"
 MLFLOW_TRACKING_USERNAME = "MLFLOW_TRACKING_USERNAME"

@@ -1,7 +1,7 @@
 """The run directory: /out/<run>/{epoch-N/, best -> epoch-N, metrics.jsonl, train-steps.jsonl, loss.png, checkpoints/}.
 
-metrics.jsonl holds one record per epoch, train-steps.jsonl one per `[TRAIN]` line (trainer/tracking.py),
-loss.png draws both (trainer/loss_curve.py).
+metrics.jsonl holds one record per epoch, train-steps.jsonl one per `[TRAIN]` line (trainer/tracking/loss_curve.py),
+loss.png draws both (trainer/tracking/loss_curve.py).
 """
 
 from __future__ import annotations

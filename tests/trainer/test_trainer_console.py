@@ -40,8 +40,9 @@ def test_print_would_not_be(monkeypatch: pytest.MonkeyPatch):
 
 
 # What runs in the training processes and the entrypoint beside them, all on the pod's one stdout.
-POD_MODULES = ("loop.py", "train.py", "checkpoint/store.py", "checkpoint/sharded.py", "checkpoint/run_checkpoints.py",
-               "tasks/lm/corpus.py", "tasks/lm/shards.py", "tracking.py", "entrypoint.py")  # fmt: skip
+POD_MODULES = ("loop.py", "step.py", "train.py", "checkpoint/store.py", "checkpoint/sharded.py", "checkpoint/run_checkpoints.py",
+               "tasks/lm/corpus.py", "tasks/lm/shards.py", "tracking/__init__.py", "tracking/fan_out.py",
+               "tracking/loss_curve.py", "tracking/tensorboard_events.py", "tracking/mlflow_run.py", "entrypoint.py")  # fmt: skip
 
 
 def test_the_lines_a_pods_processes_write_go_through_console():

@@ -13,7 +13,7 @@ from PIL import Image
 from test_trainer_tracking import ARGS, STEPS, run_without, run_world, start_world, train_lines_by_step
 from trainer_testing import epoch_records
 
-from trainer import loss_curve
+from trainer.tracking import loss_curve
 from trainer.lines import tagged
 from trainer.outputs import TRAIN_STEPS, RunDir
 from trainer.stop import EXIT_STOPPED

@@ -13,11 +13,50 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any, Mapping
 
 from trainer.outputs import RunDir, temp_beside
+from trainer.tracking.fan_out import EPOCH, TRAIN, say
 
 PNG = "loss.png"
 POINTS_KEY = "Points"
+
+
+class LossCurve:
+    """Keeps the `[TRAIN]` series in train-steps.jsonl and redraws loss.png after each epoch's record.
+
+    A drawing that fails (an image without matplotlib, a value it cannot draw) is said once; training
+    goes on, and each later epoch end tries again.
+    """
+
+    def __init__(self, run: RunDir, run_name: str):
+        self.run, self.run_name = run, run_name
+        self.said = False
+
+    @classmethod
+    def open(cls, run_dir: Path, run_name: str, first_step: int) -> LossCurve:
+        run = RunDir(run_dir)
+        run.root.mkdir(parents=True, exist_ok=True)  # the first [TRAIN] line can come before any other output
+        run.forget_train_steps_from(first_step)  # this start redoes them: drawn once, with its figures
+        return cls(run, run_name)
+
+    def log(self, step: int, figures: dict[str, float]) -> None:
+        if any(name.startswith(EPOCH) for name in figures):
+            self._draw()  # the loop appended the epoch's record to metrics.jsonl before logging it
+        else:
+            self.run.append_train_step({"global_step": step, **{k.removeprefix(TRAIN): v for k, v in figures.items()}})
+
+    def _draw(self) -> None:
+        try:
+            draw(self.run, self.run_name)
+        except Exception as error:  # a picture must never stop training
+            if not self.said:
+                self.said = True
+                say(f"Loss curve: {PNG} not drawn ({type(error).__name__}: {error}); training goes on, "
+                    f"and each later epoch end tries again")  # fmt: skip
+
+    def close(self, _status: str, _result: Mapping[str, Any]) -> None:
+        pass  # every record is on disk, the picture drawn at the last epoch end
 
 
 def draw(run: RunDir, run_name: str) -> None:
