@@ -18,7 +18,8 @@ from ddp_infra.config.network import RendezvousConfig
 from ddp_infra.config.workload import HangTimeoutConfig
 from trainer import contract as c
 from trainer.hang_watch import HangLimits
-from trainer.pod.env import PodWorld, resolve_world
+from trainer.pod.env import resolve_world
+from trainer.pod.pod_world import PodWorld
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,7 +40,8 @@ STACK_DEFAULTS = {
 STACK_BOUNDS = {"KEEP_ALIVE_MIN_ATTEMPTS": (RendezvousConfig, "keep_alive_max_attempts", "ge")}
 
 # The files where the pod falls back on the contract's defaults.
-POD_FILES = ("trainer/pod/env.py", "trainer/hang_watch.py")
+POD_FILES = ("trainer/pod/env.py", "trainer/pod/env_reader.py", "trainer/pod/stack_env.py", "trainer/pod/platform_env.py",
+             "trainer/pod/pod_world.py", "trainer/hang_watch.py")  # fmt: skip
 # The pod's own numbers that happen to equal a contract default, and why they are not one.
 POD_OWN = {"DEFAULT_SHUTDOWN_TIMEOUT": "torchrun's own; the stack derives SHUTDOWN_TIMEOUT from the grace period"}
 # 0 and 1 mean "none" and "one" too often to tell from a restated default; the fallback tests below hold those.

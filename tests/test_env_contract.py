@@ -22,7 +22,8 @@ from trainer import contract
 from trainer.hang_watch import HangLimits
 from trainer.pod.launch import torchrun_argv
 from trainer.pod.preflight import FAIL, OK, check_infiniband
-from trainer.pod.env import WorldError, resolve_world
+from trainer.pod.env import resolve_world
+from trainer.pod.env_reader import WorldError
 
 _FIELD_PATH = re.compile(r"metadata\.(?P<kind>labels|annotations)\['(?P<key>[^']+)'\]")
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")

@@ -15,7 +15,8 @@ from typing import Mapping
 
 from trainer import contract as c
 from trainer.pod.preflight import FAIL, OK, Check, check_gpus, check_infiniband, check_shm, preflight
-from trainer.pod.env import WorldError, resolve_world
+from trainer.pod.env import resolve_world
+from trainer.pod.env_reader import WorldError
 
 SECRETS = {c.HF_TOKEN.name, c.HUGGINGFACE_HUB_TOKEN.name}
 

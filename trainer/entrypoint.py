@@ -41,7 +41,9 @@ from trainer.contract import EXIT_BAD_ENV, EXIT_PREFLIGHT_FAILED, EXIT_TERMINATE
 from trainer.pod.launch import GO, SPARE_UNUSED, ArgsError, held_back, torchrun_argv, torchrun_env
 from trainer.pod.liveness import answer_liveness_probes
 from trainer.pod.preflight import preflight
-from trainer.pod.env import PodWorld, WorldError, resolve_world
+from trainer.pod.env import resolve_world
+from trainer.pod.env_reader import WorldError
+from trainer.pod.pod_world import PodWorld
 
 __all__ = ["PodWorld", "WorldError", "resolve_world", "torchrun_argv", "main"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from trainer import contract as c
-from trainer.pod.env import PodWorld
+from trainer.pod.pod_world import PodWorld
 
 # torchrun options that shape the world: the entrypoint sets them from the pod env, so a user
 # argument repeating one would silently disagree with NNODES / WORLD_SIZE.

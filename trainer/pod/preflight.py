@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from trainer import contract as c
-from trainer.pod.env import PodWorld, parse_endpoint
+from trainer.pod.env_reader import parse_endpoint
+from trainer.pod.pod_world import PodWorld
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 MIN_SHM_BYTES = 1 << 30  # DataLoader workers and NCCL's intra-node transport both live in /dev/shm
