@@ -1,3 +1,5 @@
+# One module, past 350 lines, on purpose: every part of the one pod template (env, container, volumes,
+# placement) is built here, each beside the place where the escape hatch (`pod.*`) reaches it.
 """The trainer pod, as plain Kubernetes dicts: its env, its container, and its template, built once.
 
 Pure functions of the `World` (which carries the config): no Pulumi here, so they can be tested

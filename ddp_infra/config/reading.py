@@ -21,8 +21,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from trainer import contract
 
 from ..names import OUT_OF_SERVICE_TAINT, PROJECT
+from .cross_key_rules import cross_key_problems
 from .problems import NOT_SHOWN, ConfigError, Problem, full_key, shown
-from .stack import StackConfig, cross_key_problems
+from .stack import StackConfig
 
 
 def _problems_from(error: ValidationError, prefix: list[str | int]) -> list[Problem]:
@@ -82,7 +83,7 @@ def _field_at(path: list[str | int]) -> Any:
 
 _HF_TOKEN_KEY = StackConfig.model_fields["hf_token"].alias
 _SECRET_ENV_KEY = StackConfig.model_fields["secret_env"].alias
-# One validator per top-level key, so that each key is judged on its own (see _cross_key_problems).
+# One validator per top-level key, so that each key is judged on its own (then cross_key_rules.py).
 _FIELD_ADAPTERS = {
     field.alias: TypeAdapter(Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation)
     for field in StackConfig.model_fields.values()
