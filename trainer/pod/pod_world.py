@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from trainer import contract as c
 
-# Which env a world was read from, as the pod's log and `trainer.diagnose` print it.
+# Which env a world was read from, as `python -m trainer.diagnose` prints it.
 STACK_SCHEME = "contract"  # the env this program gives its pods (trainer/pod/stack_env.py)
 PLATFORM_SCHEME = "seed-000"  # a platform's injected variables, after seed guide 000 (trainer/pod/platform_env.py)
 
