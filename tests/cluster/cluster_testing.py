@@ -23,7 +23,7 @@ from infra_harness import DELETE, Evaluation, evaluate, stack_config_with, stack
 from pulumi_project import PulumiProject, Result
 from trainer import contract
 from trainer.lines import Resumed
-from trainer_testing import done_lines, is_training_process, resumed_lines, uninterrupted_result
+from trainer_testing import done_lines, is_training_process, resumed_lines, uninterrupted_result, with_option
 from waiting import wait_for
 from demo.stack import write_stack_config
 from toolchain.cluster import LocalCluster
@@ -51,6 +51,19 @@ DISRUPTED_RUN = [
     "--hidden", "2048", "--classes", "4", "--lr", "1e-3", "--seed", "7", "--checkpoint-every", str(CHECKPOINT_EVERY),
     "--log-every", "8", "--pg-timeout", "60",
 ]  # fmt: skip
+# A journey that waits on Kubernetes more than on training (a node lost, capacity come and gone)
+# has its world train a smaller MLP (hidden 256) at a pace: each training batch also waits 0.1 s
+# (the smoke task's --batch-seconds), as a rank waits on its GPU, so the world trains about 10 steps
+# a second alone or beside the suite's other workers, on little CPU. Unpaced, the 1M-parameter MLP
+# trained 30 steps a second alone and 1.5 to 9 in the suite, where the journeys whose run must
+# outlast their losses took three times as long as alone (a spare's 438 s, an elastic world's 757 s).
+BATCH_SECONDS = "0.1"
+
+
+def paced(args: list[str], epochs: int) -> list[str]:
+    return [*with_option(with_option(args, "--hidden", "256"), "--epochs", str(epochs)), "--batch-seconds", BATCH_SECONDS]
+
+
 # The smoke task made long enough to look inside its pods while it trains.
 LONG_RUN = ["-m", "trainer.train", "smoke", "--epochs", "500", "--batch", "256", "--samples", "65536",
             "--features", "128", "--classes", "4", "--lr", "3e-3", "--seed", "42", "--checkpoint-every", "0"]  # fmt: skip

@@ -170,13 +170,14 @@ def pause_stack(controllers_cluster, tmp_path):
 def reference_result(tmp_path_factory):
     """Starts computing what an uninterrupted world ends with (pod_reference_result) beside the
     journeys, whose pods mostly wait; returns its future. Each run is computed once a session:
-    `--pg-timeout` only bounds waits, so runs that differ in it share one."""
+    `--pg-timeout` only bounds waits and `--batch-seconds` only paces, so runs that differ in them
+    share one, computed without a wait."""
     futures: dict[tuple[str, ...], Future] = {}
 
     def start(args: list[str]) -> Future:
-        key = tuple(_without_option(args, "--pg-timeout"))
+        key = tuple(_without_option(_without_option(args, "--pg-timeout"), "--batch-seconds"))
         if key not in futures:
-            futures[key] = background.submit(pod_reference_result, args, tmp_path_factory.mktemp("reference"))
+            futures[key] = background.submit(pod_reference_result, list(key), tmp_path_factory.mktemp("reference"))
         return futures[key]
 
     with ThreadPoolExecutor(max_workers=1) as background:

@@ -5,17 +5,16 @@ once, as the samples the ranks fed their model show (trainer/sample_record.py).
 
 Capacity is the node's CPU: the world's pods ask for 500m each, and a placeholder pod takes what
 the test wants kept from them. The elastic Job's journey, on three nodes (test_cluster_nodes.py),
-shares the world's settings and the check of the samples it trained.
+shares the world's settings and the check of the samples it trained (there, of the epochs trained
+while it runs on).
 """
 
 from __future__ import annotations
 
 import time
 
-from trainer_testing import with_option
-
 from cluster_testing import (
-    DISRUPTED_RUN, NAMESPACE, all_logs, claim_path, cluster_state, free_cpu_millis, newest_checkpoint, pods,
+    DISRUPTED_RUN, NAMESPACE, all_logs, claim_path, cluster_state, free_cpu_millis, newest_checkpoint, paced, pods,
     jobset_status, place_placeholder, placeholder_phase, remove_placeholder, terminal_state, wait_for, wait_for_checkpoint_after,
     world_pods,
 )  # fmt: skip
@@ -25,7 +24,7 @@ from trainer.sampler import EpochSampler
 
 POD_CPU_MILLIS = 500
 SAMPLES_DIR = "elastic-samples"  # under /out
-EPOCHS = 60  # long enough for three changes of size while it trains
+EPOCHS = 60  # long enough for three changes of size while it trains (at a pace: cluster_testing.paced)
 
 
 def _option(name: str) -> int:
@@ -33,7 +32,7 @@ def _option(name: str) -> int:
 
 
 SAMPLES, BATCH, SEED = _option("--samples"), _option("--batch"), _option("--seed")  # the smoke task trains on all SAMPLES
-RUN_ARGS = [*with_option(DISRUPTED_RUN, "--epochs", str(EPOCHS)), "--sample-record", f"{contract.OUT_MOUNT}/{SAMPLES_DIR}"]
+RUN_ARGS = [*paced(DISRUPTED_RUN, EPOCHS), "--sample-record", f"{contract.OUT_MOUNT}/{SAMPLES_DIR}"]
 ELASTIC = {
     "nodes": "2:3", "resources__requests__cpu": f"{POD_CPU_MILLIS}m", "run__args": RUN_ARGS,
     # a world below its maximum forms this long after its minimum joined (torchrun's last call)
@@ -121,10 +120,13 @@ def _grow_shrink_grow(cluster, dev_stack) -> None:
     every_sample_of_each_epoch_trained_once(cluster, EPOCHS)
 
 
-def every_sample_of_each_epoch_trained_once(cluster, epochs: int) -> None:
+def every_sample_of_each_epoch_trained_once(cluster, epochs: int, still_training: bool = False) -> None:
     """What the ranks of the ended run fed their model (its sample record), epoch by epoch: each
-    sample once, every one but less than the last world's step of it."""
+    sample once, every one but less than the last world's step of it. Of a run `still_training`,
+    its first `epochs`, those its world has gone past."""
     record = trained_samples(claim_path(cluster, NAMESPACE, "outputs-pvc") / SAMPLES_DIR)
+    if still_training:
+        record = {epoch: ids for epoch, ids in record.items() if epoch < epochs}
     assert sorted(record) == list(range(epochs)), sorted(record)
     for epoch, ids in record.items():
         assert len(ids) == len(set(ids)), f"epoch {epoch}: {len(ids) - len(set(ids))} samples trained twice"

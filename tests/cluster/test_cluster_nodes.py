@@ -33,7 +33,7 @@ from trainer_testing import same_result, with_option
 
 from cluster_testing import (
     CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, cluster_state, freeze_container, get, is_store_pod, job_condition, kill_container, logged,
-    newest_checkpoint, pods, ranks, resumes, running, spares_waiting, status_view, wait_for, wait_for_checkpoint_after,
+    newest_checkpoint, paced, pods, ranks, resumes, running, spares_waiting, status_view, wait_for, wait_for_checkpoint_after,
     wait_for_the_job_and_both_ranks_done, world_pods,
 )  # fmt: skip
 from conftest import RACK, RACKS
@@ -46,17 +46,16 @@ from trainer import contract
 
 pytestmark = pytest.mark.timeout(1500)
 
-# 40 epochs: long enough for three losses, each once a spare waits and a checkpoint was written,
-# with the Job's back-off between them (10 s, doubling with each failed pod). The world trained 3
-# to 9 steps a second meanwhile (its pods' restarts and the reference run beside it), 30 once alone.
-RUN_ARGS = with_option(DISRUPTED_RUN, "--epochs", "40")
-# A node's crash is noticed 50 to 100 s later, and it restarts; meanwhile a world alone trains 30
-# steps a second and outran 40 epochs. That journey ends once its losses are seen, not with the run.
-NODE_FAULTS_RUN = with_option(DISRUPTED_RUN, "--epochs", "400")
-# The elastic journey's world (elastic_journey.py), a pod per node. Alone on its nodes it trains 20
-# to 30 steps a second: 160 epochs outlast its four sizes, a node's boot among them.
+# Each world trains at a pace (cluster_testing.paced). 32 epochs of 32 steps, over 100 s: long
+# enough for three losses, each once a spare waits and a checkpoint was written, with the Job's
+# back-off between them (10 s, doubling with each failed pod); alone, the third came at step 384.
+RUN_ARGS = paced(DISRUPTED_RUN, 32)
+# Longer than any journey that ends once its losses are seen (a node's crash is noticed 50 to 100 s later).
+NODE_FAULTS_RUN = paced(DISRUPTED_RUN, 400)
+# The elastic journey's world (elastic_journey.py), a pod per node, longer than its journey too: it
+# checks the epochs trained once it grew back, not the end of the run.
 ELASTIC_ACROSS_NODES = {key: value for key, value in ELASTIC.items() if key != "run__args"}
-ELASTIC_EPOCHS = 160
+ELASTIC_RUN = with_option(ELASTIC_RUN_ARGS, "--epochs", "400")
 # 500m a pod on nodes that advertise a third of the machine's 2 CPUs each: one world pod per node.
 # Claims every node mounts at once (ReadWriteOnce ones would hold the world on one node). Each loss
 # costs the survivor one restart of its workers.
@@ -275,14 +274,14 @@ def test_an_elastic_world_goes_on_without_a_lost_node_and_grows_back_when_it_boo
     minimum, and grows to 3 when the node is uncordoned, with no `pulumi up`. Then a training pod's
     node crashes: the world goes on at 2, though Kubernetes still calls the lost pod Running. The
     node boots again: the kubelet finds the pod's container gone, the Job replaces the pod and the
-    world grows back to 3. The Job completes, and every sample of each epoch was trained once."""
+    world grows back to 3. Every sample of each epoch trained since the start was trained once (an
+    elastic world's run to its end is the elastic JobSet's journey's)."""
     cluster = nodes_cluster
     figures: dict[str, float] = {}
     held_back = cluster.nodes[2].name
     cluster.kubectl("cordon", held_back)
     try:
-        the_world_across_nodes(cluster, nodes_stack, with_option(ELASTIC_RUN_ARGS, "--epochs", str(ELASTIC_EPOCHS)), **ELASTIC_ACROSS_NODES,
-                               workload__sparePods="0")  # fmt: skip
+        the_world_across_nodes(cluster, nodes_stack, ELASTIC_RUN, **ELASTIC_ACROSS_NODES, workload__sparePods="0")
         assert len(world_pods(cluster)) == 3 and newest_checkpoint(cluster)["world_size"] == 2  # the third is Pending: no node for it
     finally:
         cluster.kubectl("uncordon", held_back)
@@ -305,8 +304,12 @@ def test_an_elastic_world_goes_on_without_a_lost_node_and_grows_back_when_it_boo
         for node in losses.crashed:
             cluster.restart_node(node)
     print(f"\n[figures] elastic job of 2:3 on three nodes, seconds: {figures}")
-    assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete", cluster_state(cluster)
-    every_sample_of_each_epoch_trained_once(cluster, ELASTIC_EPOCHS)
+    # Two whole epochs of the world of 3, then every epoch before its newest checkpoint's: each
+    # sample trained once (a checkpoint of a step means every rank recorded it).
+    grown = wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
+    ended = wait_for(lambda: (epoch := newest_checkpoint(cluster)["epoch"]) >= grown["epoch"] + 2 and epoch, 120,
+                     "two epochs trained by the world of 3", interval=1)  # fmt: skip
+    every_sample_of_each_epoch_trained_once(cluster, ended, still_training=True)
 
 
 def resized(cluster, since: datetime, size: int, before: int) -> float:
