@@ -17,14 +17,16 @@ import pytest
 from trainer_testing import done_lines, epoch_records, same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, SERVICE, STORE, WORKLOAD, all_logs, final_done_lines, get, kill_container,
-    jobset_status, newest_checkpoint, pod_resumed_lines, resumed_step, run_dir, terminal_state, wait_for, world_pods, world_running,
+    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, SERVICE, STORE, WORKLOAD, all_logs, final_done_lines, get, kill_container,
+    jobset_status, newest_checkpoint, paced, pod_resumed_lines, resumed_step, run_dir, terminal_state, wait_for, world_pods, world_running,
 )  # fmt: skip
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(1500)
 
 JOBSET = {"workload__kind": contract.JOBSET}
+# The disrupted run at a pace (cluster_testing.paced): its whole world's restarts are Kubernetes' waits.
+RUN_ARGS = paced(DISRUPTED_RUN, 8)
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 
 

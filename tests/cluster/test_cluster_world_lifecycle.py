@@ -19,8 +19,8 @@ import pytest
 from trainer_testing import same_result, with_option
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN as RUN_ARGS, NAMESPACE, WORKLOAD, evict, final_done_lines, get,
-    job_condition, kill_container, newest_checkpoint, pod_name, pod_resumed_lines, pods, print_reform_timeline, resumed_step, run_dir, wait_for,
+    CHECKPOINT_EVERY, EngineStack, UpFailed, DISRUPTED_RUN, NAMESPACE, WORKLOAD, evict, final_done_lines, get,
+    job_condition, kill_container, newest_checkpoint, paced, pod_name, pod_resumed_lines, pods, print_reform_timeline, resumed_step, run_dir, wait_for,
     wait_for_checkpoint_after, wait_for_reform, wait_for_world, world_pods,
 )  # fmt: skip
 from ddp_infra.claim_changes import ClaimChangeRefused
@@ -30,9 +30,11 @@ pytestmark = pytest.mark.timeout(1500)
 
 # Three pods of the dev stack on the node's two CPUs.
 SMALL_PODS = {"resources__requests__cpu": "500m"}
-# The disrupted run made long enough that the world still trains when a test's next `up` or
-# `destroy` reaches it, however fast the machine: a run that has ended stops at no SIGTERM
-# checkpoint (its 3 epochs once ended during the engine's run of a kind switch, on an idle machine).
+# The disrupted run at a pace (cluster_testing.paced): its losses and restarts are Kubernetes' waits.
+RUN_ARGS = paced(DISRUPTED_RUN, 8)
+# ...made long enough that the world still trains when a test's next `up` or `destroy` reaches it:
+# a run that has ended stops at no SIGTERM checkpoint (its 3 epochs once ended during the engine's
+# run of a kind switch, on an idle machine). 50 epochs: 160 s at the pace.
 TRAINING_RUN = with_option(RUN_ARGS, "--epochs", "50")
 
 
