@@ -11,7 +11,7 @@ a checkpoint by time, are answered at the next of those syncs: within --log-ever
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -33,30 +33,8 @@ from trainer.step import OptimizerStep, StepWindow
 from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest, answer_bound
 from trainer.tasks.task import Task, to_device
+from trainer.train_config import TrainConfig
 from trainer.tracking import NO_TRACKERS, Trackers
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    epochs: int
-    batch: int  # per process and micro-batch
-    lr: float
-    seed: int
-    grad_accum: int = 1
-    weight_decay: float = 0.0  # on the 2-D weights of matmuls only (trainer/optimizer.py)
-    betas: tuple[float, float] = (0.9, 0.999)
-    warmup_steps: int = 0
-    min_lr_ratio: float = 0.1
-    grad_clip: float = 0.0
-    checkpoint_every: int = 0  # optimizer steps; 0: at epoch ends (and on SIGTERM) only
-    checkpoint_every_seconds: float = 0.0  # since the last checkpoint, by rank 0's clock; 0: not by time
-    keep_checkpoints: int = 3
-    log_every: int = 10
-    workers: int = 0
-    amp: bool = True
-    compile: bool | None = None  # torch.compile the model; None: on CUDA only
-    tf32: bool = True  # on CUDA
-    grad_compression: str = "none"  # a key of throughput.GRAD_COMPRESSION
 
 
 class Stopped(Exception):

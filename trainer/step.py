@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import torch
 
@@ -17,9 +17,7 @@ from trainer import throughput
 from trainer.optimizer import make_adamw
 from trainer.sample_record import SampleRecord
 from trainer.tasks.task import Task, to_device
-
-if TYPE_CHECKING:
-    from trainer.loop import TrainConfig
+from trainer.train_config import TrainConfig
 
 
 class OptimizerStep:

@@ -22,10 +22,11 @@ from trainer.arguments import seconds
 from trainer.tasks.lm import task as lm_task
 from trainer.tasks import smoke
 from trainer.hang_watch import HangLimits, HangWatch, own_pod
-from trainer.loop import Stopped, TrainConfig, Trainer
+from trainer.loop import Stopped, Trainer
 from trainer.outputs import RunDir
 from trainer.stop import EXIT_STOPPED, StopRequest
 from trainer.throughput import GRAD_COMPRESSION
+from trainer.train_config import TrainConfig
 
 TASKS = {"smoke": smoke, "lm": lm_task}
 
