@@ -9,7 +9,7 @@ import signal
 
 from . import node as nodes
 from .namespaces import processes_in
-from .node import ClusterNode
+from .cluster_node import ClusterNode
 from .processes import ClusterError, kill_all
 from .running import RunningCluster
 

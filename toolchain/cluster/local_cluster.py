@@ -24,7 +24,7 @@ from .cgroups import ClusterCgroups
 from .containerd import Containerd
 from .namespaces import MountPoints, NodeNamespace, Switch, processes_in
 from .network import API_PORT, MAX_NODES
-from .node import ClusterNode
+from .cluster_node import ClusterNode
 from .processes import ClusterError, Daemons, alive, kill_all, send, wait_gone
 
 HERE = Path(__file__).resolve().parent.parent  # toolchain/

@@ -13,7 +13,7 @@ from .processes import Daemons
 if TYPE_CHECKING:
     from .cgroups import ClusterCgroups
     from .namespaces import Switch
-    from .node import ClusterNode
+    from .cluster_node import ClusterNode
 
 
 class RunningCluster(Protocol):
