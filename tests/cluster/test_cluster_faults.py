@@ -77,25 +77,30 @@ def test_pods_lost_together_without_grace_a_kill_mid_write_and_a_damaged_checkpo
     assert newest_checkpoint(cluster)["step"] > damaged
 
 
-def _kill_training_during_a_checkpoint_write(cluster, attempts: int = 3) -> tuple[int, int, datetime]:
-    """SIGKILLs every training process of both pods the moment a checkpoint's directory appears
-    (its shards being written, its record not yet there); returns that checkpoint's step, pod 0's
-    count of resumes before the kill, and the kill's time. A write that finished first (its record
-    there after the kill) is tried again at a later checkpoint."""
+def _kill_training_during_a_checkpoint_write(cluster, attempts: int = 20) -> tuple[int, int, datetime]:
+    """SIGKILLs every training process of both pods while a checkpoint is being written (its shards'
+    directory there, its record not yet); returns that checkpoint's step, pod 0's count of resumes
+    before the kill, and the kill's time. The processes are stopped (SIGSTOP) the moment the directory
+    appears: if the record is not there then, no stopped process can write it, and they are killed;
+    if the write won the race, they go on (SIGCONT) and a later checkpoint is tried. On a quiet
+    machine a 1M-parameter model's write once won three races of a kill in a row."""
     checkpoints = run_dir(cluster) / "checkpoints"
     for _ in range(attempts):
         recorded = newest_checkpoint(cluster)["step"]
         training = [pid for index in (0, 1) for pid in training_processes(cluster, pod_name(cluster, index))]
         seen = len(pod_resumed_lines(cluster))
         writing = wait_for(lambda: _being_written(checkpoints, recorded), 120, "a checkpoint being written", interval=0.001)
-        killed_at = datetime.now(timezone.utc)
         for pid in training:
-            os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: all(_dead(pid) for pid in training), 30, "the training processes to die", interval=0.05)
+            os.kill(pid, signal.SIGSTOP)
         if not (checkpoints / f"ckpt-{writing:08d}.json").exists():
+            killed_at = datetime.now(timezone.utc)
+            for pid in training:
+                os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: all(_dead(pid) for pid in training), 30, "the training processes to die", interval=0.05)
             return writing, seen, killed_at
-        wait_for_reform(cluster, seen)  # the write won the race: the world re-forms, and the next one is tried
-    raise AssertionError(f"no kill landed during a checkpoint write in {attempts} attempts")
+        for pid in training:
+            os.kill(pid, signal.SIGCONT)
+    raise AssertionError(f"no checkpoint write was caught before its record in {attempts} attempts")
 
 
 def _dead(pid: int) -> bool:
