@@ -1,12 +1,13 @@
-"""The session's local Kubernetes cluster (toolchain/cluster/): started once, stopped at the end,
-also when a test fails or the run is interrupted (Ctrl-C, or SIGTERM from CI's time limit: see
-tests/interruption.py)."""
+"""The session's local Kubernetes clusters (toolchain/cluster/): each started once, stopped once this
+process has no cluster journey left, also when a test fails or the run is interrupted (Ctrl-C, or
+SIGTERM from CI's time limit: see tests/interruption.py)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -20,17 +21,33 @@ from toolchain.cluster import ADDONS, LocalCluster, image_archives
 
 # The session fixtures' clusters this process started, named in its closing summary line.
 STARTED: list[str] = []
+# Those still running.
+RUNNING: dict[str, LocalCluster] = {}
 
 
 @contextmanager
 def _running(local: LocalCluster):
     try:
         STARTED.append(local.name)
+        RUNNING[local.name] = local
         local.start()
         print(f"\n[cluster] {local.name} started in {local.startup_seconds:.1f} s")
         yield local
     finally:
-        local.stop()
+        if RUNNING.pop(local.name, None):
+            local.stop()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Once this process's next test is not a cluster journey, its clusters stop: the units of work
+    give a process a cluster's journeys together, before the other suites (tests/conftest.py), and
+    an idle cluster's control plane and controllers took CPU from every test after them until the
+    session ended. Runs after the test's own fixtures are torn down (a stack removed from a cluster
+    needs it running)."""
+    if nextitem is None or Path(nextitem.path).parent != Path(item.path).parent:
+        for name in list(RUNNING):
+            RUNNING.pop(name).stop()
 
 
 @pytest.fixture(scope="session")
@@ -111,11 +128,12 @@ def nodes_stack(nodes_cluster, nodes_dev_image, tmp_path):
         yield stack
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def workload_api_cluster():
     """A cluster whose control plane runs the alpha Workload API and its gang scheduling, with the
     JobSet controller, and the pause image only: the Job controller gangs every Indexed Job there
-    whose parallelism equals its completions, so the other journeys run elsewhere."""
+    whose parallelism equals its completions, so the other journeys run elsewhere. One module uses
+    it: it stops once that module's journeys end, and idles no control plane for the rest of the run."""
     _require_managers()
     with _running(LocalCluster("workload-api", domain=TEST_DOMAIN, addons=("jobset",), with_images=("pause",), workload_api=True)) as local:
         yield local
