@@ -63,19 +63,16 @@ def a_seed_000_pod() -> PodWorld:
 
 
 # The contract's default -> what the pod falls back on when its variable is unset.
+# The rendezvous timeouts, as each kind of pod (the stack's, seed 000's) reads them (PodWorld.timeouts).
+TIMEOUT_FALLBACKS = {
+    "READ_TIMEOUT_SECONDS": "read", "LAST_CALL_TIMEOUT_SECONDS": "last_call", "CLOSE_TIMEOUT_SECONDS": "close",
+    "KEEP_ALIVE_INTERVAL_SECONDS": "keep_alive", "KEEP_ALIVE_MAX_ATTEMPTS": "keep_alive_max_attempts",
+}  # fmt: skip
 POD_FALLBACKS: list[tuple[str, Callable[[], float]]] = [
-    ("READ_TIMEOUT_SECONDS", lambda: a_pod_the_stack_made_without_its_optional_variables().timeouts.read),
-    ("LAST_CALL_TIMEOUT_SECONDS", lambda: a_pod_the_stack_made_without_its_optional_variables().timeouts.last_call),
-    ("CLOSE_TIMEOUT_SECONDS", lambda: a_pod_the_stack_made_without_its_optional_variables().timeouts.close),
-    ("KEEP_ALIVE_INTERVAL_SECONDS", lambda: a_pod_the_stack_made_without_its_optional_variables().timeouts.keep_alive),
-    ("KEEP_ALIVE_MAX_ATTEMPTS", lambda: a_pod_the_stack_made_without_its_optional_variables().timeouts.keep_alive_max_attempts),
+    *((name, lambda pod=pod, field=field: getattr(pod().timeouts, field))
+      for pod in (a_pod_the_stack_made_without_its_optional_variables, a_seed_000_pod) for name, field in TIMEOUT_FALLBACKS.items()),
     ("MASTER_WAIT_TIMEOUT_SECONDS", lambda: a_pod_the_stack_made_without_its_optional_variables().master_wait_timeout),
     ("SEED_000_JOIN_TIMEOUT_SECONDS", lambda: a_seed_000_pod().timeouts.join),
-    ("READ_TIMEOUT_SECONDS", lambda: a_seed_000_pod().timeouts.read),
-    ("LAST_CALL_TIMEOUT_SECONDS", lambda: a_seed_000_pod().timeouts.last_call),
-    ("CLOSE_TIMEOUT_SECONDS", lambda: a_seed_000_pod().timeouts.close),
-    ("KEEP_ALIVE_INTERVAL_SECONDS", lambda: a_seed_000_pod().timeouts.keep_alive),
-    ("KEEP_ALIVE_MAX_ATTEMPTS", lambda: a_seed_000_pod().timeouts.keep_alive_max_attempts),
     ("WORLD_MAX_RESTARTS", lambda: a_seed_000_pod().max_restarts),
     ("MASTER_WAIT_TIMEOUT_SECONDS", lambda: a_seed_000_pod().master_wait_timeout),
     ("HANG_FLOOR_SECONDS", lambda: HangLimits.from_env({}).floor_s),
