@@ -75,19 +75,26 @@ def dev_image(cluster):
 CONTROLLERS = ("jobset", "kueue", "volcano")
 
 
-def _require_managers() -> None:
-    """A skip only where toolchain/build.sh proved a controller cannot be built here (its
-    UNAVAILABLE file quotes the proxy's answer); otherwise a missing one fails."""
+def _unavailable(names: tuple[str, ...]) -> str | None:
+    """Why a controller is not in the toolchain, where toolchain/build.sh proved it cannot be built
+    here (its UNAVAILABLE file quotes the proxy's answer); a controller missing otherwise fails."""
     bin_dir = tool_dir()
-    for name in CONTROLLERS:
+    for name in names:
         try:
             find_tool(ADDONS[name].manager, bin_dir)
         except FileNotFoundError as missing:
             unavailable = bin_dir / "UNAVAILABLE"
             refused = [line for line in unavailable.read_text().splitlines() if line.startswith(f"{name}:")] if unavailable.exists() else []
             if refused:
-                pytest.skip(f"the {name} controller is not in the toolchain ({unavailable}): {refused[0]}")
+                return f"the {name} controller is not in the toolchain ({unavailable}): {refused[0]}"
             pytest.fail(f"{missing}: run `make setup` (toolchain/build.sh)", pytrace=False)
+    return None
+
+
+def require_managers(names: tuple[str, ...] = CONTROLLERS) -> None:
+    """A skip only where a controller cannot be built here (_unavailable)."""
+    if reason := _unavailable(names):
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +102,7 @@ def controllers_cluster():
     """A cluster of its own with the JobSet and Kueue controllers and Volcano's scheduler. Without the
     trainer image only the pause image is imported: the controllers' mechanics are tested with it,
     the trainer's runs fail as the other cluster tests do."""
-    _require_managers()
+    require_managers()
     images = True if image_archives()["trainer"][1].is_file() else ("pause",)
     # Named "jobset" as it was before it ran Kueue too: its image store is kept under that name.
     with _running(LocalCluster("jobset", domain=TEST_DOMAIN, addons=CONTROLLERS, with_images=images)) as local:
@@ -110,9 +117,11 @@ RACKS = {0: {RACK: "rack-a"}, 1: {RACK: "rack-a"}, 2: {RACK: "rack-b"}}
 @pytest.fixture(scope="module")
 def nodes_cluster():
     """A cluster of three nodes, each advertising a third of the machine (node 0 shares the control
-    plane's namespace), in two racks: the journeys across nodes and a node's faults. One module
-    uses it: it stops once that module's journeys end, not at the end of the worker's session."""
-    with _running(LocalCluster("nodes", domain=TEST_DOMAIN, nodes=3, node_labels=RACKS)) as local:
+    plane's namespace), in two racks, with the Kueue controller for a topology of racks: the
+    journeys across nodes and a node's faults. One module uses it: it stops once that module's
+    journeys end, not at the end of the worker's session."""
+    addons = () if _unavailable(("kueue",)) else ("kueue",)
+    with _running(LocalCluster("nodes", domain=TEST_DOMAIN, nodes=3, node_labels=RACKS, addons=addons)) as local:
         yield local
 
 
@@ -124,8 +133,13 @@ def nodes_dev_image(nodes_cluster):
 @pytest.fixture
 def nodes_stack(nodes_cluster, nodes_dev_image, tmp_path):
     """The dev stack on the nodes' cluster."""
-    with _removed_after(nodes_cluster, EngineStack(nodes_cluster, tmp_path / "engine")) as stack:
-        yield stack
+    yield from _stack(nodes_cluster, tmp_path / "engine")
+
+
+@pytest.fixture
+def nodes_pause_stack(nodes_cluster, tmp_path):
+    """The dev stack on the nodes' cluster with the pause binary in place of the trainer."""
+    yield from _stack(nodes_cluster, tmp_path / "engine", pause=True)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +148,7 @@ def workload_api_cluster():
     JobSet controller, and the pause image only: the Job controller gangs every Indexed Job there
     whose parallelism equals its completions, so the other journeys run elsewhere. One module uses
     it: it stops once that module's journeys end, and idles no control plane for the rest of the run."""
-    _require_managers()
+    require_managers()
     with _running(LocalCluster("workload-api", domain=TEST_DOMAIN, addons=("jobset",), with_images=("pause",), workload_api=True)) as local:
         yield local
 
@@ -142,8 +156,7 @@ def workload_api_cluster():
 @pytest.fixture
 def workload_api_pause_stack(workload_api_cluster, tmp_path):
     """The dev stack on the Workload API's cluster with the pause binary in place of the trainer."""
-    with _removed_after(workload_api_cluster, paused(workload_api_cluster, tmp_path / "engine")) as stack:
-        yield stack
+    yield from _stack(workload_api_cluster, tmp_path / "engine", pause=True)
 
 
 @pytest.fixture(scope="session")
@@ -151,9 +164,10 @@ def controllers_dev_image(controllers_cluster):
     return _dev_image(controllers_cluster)
 
 
-@contextmanager
-def _removed_after(cluster, stack):
-    """The stack, removed after the test: `pulumi destroy`, then its retained claims and namespace."""
+def _stack(cluster, root: Path, *, pause: bool = False):
+    """The dev stack on `cluster` (with `pause`, the pause binary in place of the trainer), removed
+    after the test: `pulumi destroy`, then its retained claims and namespace."""
+    stack = paused(cluster, root) if pause else EngineStack(cluster, root)
     try:
         yield stack
     finally:
@@ -166,22 +180,19 @@ def _removed_after(cluster, stack):
 @pytest.fixture
 def dev_stack(cluster, dev_image, tmp_path):
     """The dev stack, brought up and changed by the test (`up` with overrides)."""
-    with _removed_after(cluster, EngineStack(cluster, tmp_path / "engine")) as stack:
-        yield stack
+    yield from _stack(cluster, tmp_path / "engine")
 
 
 @pytest.fixture
 def controllers_stack(controllers_cluster, tmp_path):
     """The dev stack on the controllers' cluster (the test chooses workload.kind and the image)."""
-    with _removed_after(controllers_cluster, EngineStack(controllers_cluster, tmp_path / "engine")) as stack:
-        yield stack
+    yield from _stack(controllers_cluster, tmp_path / "engine")
 
 
 @pytest.fixture
 def pause_stack(controllers_cluster, tmp_path):
     """The dev stack on the controllers' cluster with the pause binary in place of the trainer."""
-    with _removed_after(controllers_cluster, paused(controllers_cluster, tmp_path / "engine")) as stack:
-        yield stack
+    yield from _stack(controllers_cluster, tmp_path / "engine", pause=True)
 
 
 @pytest.fixture(scope="session")

@@ -18,64 +18,15 @@ import time
 
 import pytest
 
-from cluster_testing import NAMESPACE, WORKLOAD, get, pause_pod_resources, pods, status_view, wait_for, world_pods, world_running
+from cluster_testing import NAMESPACE, WORKLOAD, get, pods, status_view, wait_for, world_pods, world_running
+from kueue_testing import (
+    HOSTNAME, RESOURCE, SMALL_PODS, TOPOLOGY, admitted, admitted_pods, condition, held_back, placement, queued_namespace, remove_queues, set_quota,
+    set_topology, suspended, waits_for,
+)  # fmt: skip
 from ddp_infra.config.scalars import parse_quantity
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(900)
-
-FLAVOR = "default-flavor"
-CLUSTER_QUEUE = "worlds"
-SMALL_PODS = pause_pod_resources("10m")
-RESOURCE = {contract.INDEXED_JOB: "job", contract.JOBSET: "jobset"}
-
-
-def cluster_queue(pods_quota: int) -> dict:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
-        "kind": "ClusterQueue",
-        "metadata": {"name": CLUSTER_QUEUE},
-        "spec": {
-            "namespaceSelector": {},
-            "resourceGroups": [{
-                "coveredResources": ["cpu", "memory", "pods"],
-                "flavors": [{"name": FLAVOR, "resources": [
-                    {"name": "cpu", "nominalQuota": "100"},
-                    {"name": "memory", "nominalQuota": "100Gi"},
-                    {"name": "pods", "nominalQuota": pods_quota},
-                ]}],
-            }],
-        },
-    }  # fmt: skip
-
-
-def set_quota(cluster, pods_quota: int) -> None:
-    objects = [
-        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}},
-        cluster_queue(pods_quota),
-    ]
-    cluster.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-",
-                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))  # fmt: skip
-
-
-def queued_namespace(cluster, queue: str) -> dict:
-    """The stack's namespace with its LocalQueue, made before the stack, as a platform team makes them;
-    the stack then uses the namespace (namespace.create false).
-
-    Kueue 0.12.3 has to know the queue before the workload: a Workload it reconciles between the
-    LocalQueue's creation and its queue manager's taking it in is marked inadmissible ("ClusterQueue
-    doesn't exist", with no name) and stays so (seen here when the queue came right after the Job)."""
-    objects = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-         "metadata": {"name": queue, "namespace": NAMESPACE}, "spec": {"clusterQueue": CLUSTER_QUEUE}},
-    ]  # fmt: skip
-    cluster.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-",
-                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))  # fmt: skip
-    # Kueue marks the queue Active once its queue manager holds it.
-    wait_for(lambda: condition(get(cluster, "localqueue", queue, NAMESPACE), "Active").get("status") == "True", 60,
-             f"LocalQueue {queue} active")  # fmt: skip
-    return {"namespace__create": False, "scheduling__gang": {"scheduler": "kueue", "queue": queue}}
 
 
 @pytest.fixture
@@ -83,64 +34,7 @@ def quota(controllers_cluster):
     """Sets the ClusterQueue's quota of pods. A test asks for it before the stack, so that the queue
     goes after the stack's world: Kueue keeps a ClusterQueue that admitted workloads use (a finalizer)."""
     yield lambda pods_quota: set_quota(controllers_cluster, pods_quota)
-    controllers_cluster.kubectl("delete", "clusterqueue", CLUSTER_QUEUE, "--ignore-not-found", "--wait=true", "--timeout=120s")
-    controllers_cluster.kubectl("delete", "resourceflavor", FLAVOR, "--ignore-not-found", "--wait=true", "--timeout=120s")
-
-
-def kueue_workload(cluster, kind: str) -> dict | None:
-    """Kueue's Workload of the stack's Job or JobSet (owned by it), or None before Kueue made it."""
-    owner = get(cluster, RESOURCE[kind], WORKLOAD, NAMESPACE)
-    found = json.loads(cluster.kubectl("get", "workloads.kueue.x-k8s.io", "-n", NAMESPACE, "-o", "json").stdout)["items"]
-    owned = [w for w in found if any(ref["uid"] == owner["metadata"]["uid"] for ref in w["metadata"].get("ownerReferences", []))]
-    return owned[0] if owned else None
-
-
-def condition(obj: dict | None, kind: str) -> dict:
-    conditions = (obj or {}).get("status", {}).get("conditions", [])
-    return next((c for c in conditions if c["type"] == kind), {})
-
-
-def admitted_pods(workload: dict) -> int:
-    """The pods Kueue reserved quota for, over the workload's pod sets."""
-    return sum(assignment["count"] for assignment in workload["status"]["admission"]["podSetAssignments"])
-
-
-def held_back(cluster, kind: str) -> dict:
-    """The Workload once Kueue has tried it and reserved nothing: why, in its QuotaReserved condition."""
-    try:
-        return wait_for(
-            lambda: (w := kueue_workload(cluster, kind)) and condition(w, "QuotaReserved").get("status") == "False"
-            and condition(w, "QuotaReserved").get("reason") == "Pending" and w,
-            120, f"Kueue to try the {kind}'s world and hold it back", interval=1,
-        )  # fmt: skip
-    except AssertionError as waited:
-        raise AssertionError(f"{waited}; the Workload's status: {(kueue_workload(cluster, kind) or {}).get('status')}") from None
-
-
-def pods_by_domain(assignment: dict) -> dict[str, int]:
-    """Pods per domain of the lowest level, from a Workload's topologyAssignment in Kueue's v1beta2
-    form (slices of domains, each level's values and the pod counts, each given once for all
-    domains or one per domain)."""
-    placed: dict[str, int] = {}
-    for piece in assignment["slices"]:
-        count, lowest, pods_of = piece["domainCount"], piece["valuesPerLevel"][-1], piece["podCounts"]
-        names = [lowest["universal"]] * count if "universal" in lowest else [
-            f"{lowest['individual'].get('prefix', '')}{root}{lowest['individual'].get('suffix', '')}" for root in lowest["individual"]["roots"]]
-        counts = [pods_of["universal"]] * count if "universal" in pods_of else pods_of["individual"]
-        for name, pods_here in zip(names, counts):
-            placed[name] = placed.get(name, 0) + pods_here
-    return placed
-
-
-def suspended(cluster, kind: str) -> bool:
-    return get(cluster, RESOURCE[kind], WORKLOAD, NAMESPACE)["spec"].get("suspend") is True
-
-
-def waits_for(cluster, kind: str) -> str:
-    """What `pulumi up` waits for on the workload (its waitFor jsonpath) as it stands in the cluster now."""
-    workload = get(cluster, RESOURCE[kind], WORKLOAD, NAMESPACE)
-    path = workload["metadata"]["annotations"]["pulumi.com/waitFor"].removeprefix("jsonpath=")
-    return cluster.kubectl("get", RESOURCE[kind], WORKLOAD, "-n", NAMESPACE, "-o", f"jsonpath={path}").stdout
+    remove_queues(controllers_cluster)
 
 
 @pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
@@ -152,8 +46,7 @@ def test_kueue_admits_a_world_whole_or_not_at_all(controllers_cluster, quota, pa
     # A world of 2 in a quota of 3: admitted whole, both pods start.
     pause_stack.up(nodes=2, **queued)
     started = time.monotonic()
-    workload = wait_for(lambda: (w := kueue_workload(cluster, kind)) and condition(w, "Admitted").get("status") == "True" and w,
-                        120, "Kueue to admit the world of 2", interval=1)  # fmt: skip
+    workload = admitted(cluster, kind, "the world of 2")
     assert admitted_pods(workload) == 2
     wait_for(lambda: world_running(cluster, 2), 300, "both pods Running", interval=1)
     admitted_after = time.monotonic() - started
@@ -181,8 +74,7 @@ def test_kueue_admits_a_world_whole_or_not_at_all(controllers_cluster, quota, pa
     # The quota grows: the whole world of 4 is admitted, and all of it starts.
     quota(4)
     started = time.monotonic()
-    workload = wait_for(lambda: (w := kueue_workload(cluster, kind)) and condition(w, "Admitted").get("status") == "True" and w,
-                        120, "Kueue to admit the world of 4", interval=1)  # fmt: skip
+    workload = admitted(cluster, kind, "the world of 4")
     assert admitted_pods(workload) == 4
     wait_for(lambda: world_running(cluster, 4), 300, "all 4 pods Running", interval=1)
     assert sorted(world_pods(cluster)) == [0, 1, 2, 3]
@@ -214,8 +106,7 @@ def test_kueue_admits_an_elastic_job_partly_from_its_minimum(controllers_cluster
     quota(3)
     queued = {"workload__kind": contract.INDEXED_JOB, **queued_namespace(cluster, "team-a"), **SMALL_PODS}
     pause_stack.up(nodes="2:4", **queued)
-    workload = wait_for(lambda: (w := kueue_workload(cluster, contract.INDEXED_JOB)) and condition(w, "Admitted").get("status") == "True" and w,
-                        120, "Kueue to admit part of the elastic world", interval=1)  # fmt: skip
+    workload = admitted(cluster, contract.INDEXED_JOB, "part of the elastic world")
     assert admitted_pods(workload) == 3
     job = get(cluster, "job", WORKLOAD, NAMESPACE)
     assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (3, 4)
@@ -227,8 +118,6 @@ def test_kueue_admits_an_elastic_job_partly_from_its_minimum(controllers_cluster
     assert get(cluster, "job", WORKLOAD, NAMESPACE)["spec"]["parallelism"] == 3
 
 
-TOPOLOGY = "datacenter"
-TAS_FLAVOR = "tas-flavor"
 BLOCK, RACK = "topology.example.com/block", "topology.example.com/rack"
 NODE_DOMAINS = {BLOCK: "block-a", RACK: "rack-1"}
 
@@ -240,20 +129,9 @@ def topology(controllers_cluster):
     cluster = controllers_cluster
     labels = [f"{key}={value}" for key, value in NODE_DOMAINS.items()]
     cluster.kubectl("label", "node", cluster.node_name, "--overwrite", *labels)
-    queue = cluster_queue(3)
-    queue["spec"]["resourceGroups"][0]["flavors"][0]["name"] = TAS_FLAVOR
-    objects = [
-        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Topology", "metadata": {"name": TOPOLOGY},
-         "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": "kubernetes.io/hostname"}]}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": TAS_FLAVOR},
-         "spec": {"nodeLabels": {BLOCK: NODE_DOMAINS[BLOCK]}, "topologyName": TOPOLOGY}},
-        queue,
-    ]  # fmt: skip
-    cluster.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-",
-                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))  # fmt: skip
+    set_topology(cluster, [BLOCK, RACK, HOSTNAME], {BLOCK: NODE_DOMAINS[BLOCK]}, pods_quota=3)
     yield
-    for kind, name in (("clusterqueue", CLUSTER_QUEUE), ("resourceflavor", TAS_FLAVOR), ("topologies.kueue.x-k8s.io", TOPOLOGY)):
-        cluster.kubectl("delete", kind, name, "--ignore-not-found", "--wait=true", "--timeout=120s")
+    remove_queues(cluster)
     cluster.kubectl("label", "node", cluster.node_name, *[f"{key}-" for key in NODE_DOMAINS])
 
 
@@ -265,11 +143,8 @@ def test_kueue_places_a_world_within_one_domain_of_its_topology_level_or_holds_i
 
     # Required within one rack: admitted with Kueue's assignment of both pods to the rack's one node.
     pause_stack.up(nodes=2, scheduling__topology={"level": RACK}, **queued)
-    workload = wait_for(lambda: (w := kueue_workload(cluster, contract.INDEXED_JOB)) and condition(w, "Admitted").get("status") == "True" and w,
-                        120, "Kueue to admit the world within one rack", interval=1)  # fmt: skip
-    (assignment,) = workload["status"]["admission"]["podSetAssignments"]
-    placed = assignment["topologyAssignment"]
-    assert placed["levels"] == ["kubernetes.io/hostname"] and pods_by_domain(placed) == {cluster.node_name: 2}, placed
+    workload = admitted(cluster, contract.INDEXED_JOB, "the world within one rack")
+    assert placement(workload) == {cluster.node_name: 2}, workload["status"]
     wait_for(lambda: world_running(cluster, 2), 300, "both pods Running", interval=1)
     assert {pod["spec"]["nodeName"] for pod in world_pods(cluster).values()} == {cluster.node_name}
 
@@ -290,12 +165,10 @@ def test_kueue_places_a_world_within_one_domain_of_its_topology_level_or_holds_i
     # admitted; in one slice of 2 within one host, whose node cannot hold both, it is held back.
     sliced = {"level": BLOCK, "slice": {"level": RACK, "size": 1}}
     pause_stack.up(nodes=2, scheduling__topology=sliced, **queued)
-    workload = wait_for(lambda: (w := kueue_workload(cluster, contract.INDEXED_JOB)) and condition(w, "Admitted").get("status") == "True" and w,
-                        120, "Kueue to admit the world in slices", interval=1)  # fmt: skip
-    (assignment,) = workload["status"]["admission"]["podSetAssignments"]
-    assert pods_by_domain(assignment["topologyAssignment"]) == {cluster.node_name: 2}
+    workload = admitted(cluster, contract.INDEXED_JOB, "the world in slices")
+    assert placement(workload) == {cluster.node_name: 2}, workload["status"]
     wait_for(lambda: world_running(cluster, 2), 300, "both pods Running", interval=1)
-    one_host = {"level": BLOCK, "slice": {"level": "kubernetes.io/hostname", "size": 2}}
+    one_host = {"level": BLOCK, "slice": {"level": HOSTNAME, "size": 2}}
     pause_stack.up(nodes=2, scheduling__topology=one_host, **{**queued, "resources__requests__cpu": too_big}, scheduling__fitCheck="warn")
     held = held_back(cluster, contract.INDEXED_JOB)
     assert f'topology "{TOPOLOGY}" doesn\'t allow to fit any of 1 slice(s)' in condition(held, "QuotaReserved")["message"], held["status"]

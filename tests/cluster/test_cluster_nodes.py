@@ -11,7 +11,8 @@ booted again; then another's node cut off the network while it runs on, and join
 first run ends as an uninterrupted one; the second, longer than its journey, with the stack's
 removal. A StatefulSet's world waits for its pod on a crashed node until an operator taints the
 node out of service. A pod frozen whole, which Kubernetes calls Running, is killed for the liveness
-probes it leaves unanswered and replaced. The fit check counts node by node.
+probes it leaves unanswered and replaced. The fit check counts node by node. In the cluster's two
+racks, Kueue's topology places a world within the rack with room and holds back one no rack holds.
 
 Which pods train is decided as they join (a pod of the world that re-joins may itself end up
 waiting as the spare), so the journey reads it from their logs (the newest `[DDP] process
@@ -33,10 +34,12 @@ from trainer_testing import same_result, with_option
 
 from cluster_testing import (
     CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, cluster_state, freeze_container, get, is_store_pod, job_condition, kill_container, logged,
-    newest_checkpoint, paced, pods, ranks, resumes, running, spares_waiting, status_view, wait_for, wait_for_checkpoint_after,
-    wait_for_the_job_and_both_ranks_done, world_pods,
+    newest_checkpoint, paced, pause_pod_resources, pods, ranks, resumes, running, spares_waiting, status_view, wait_for,
+    wait_for_checkpoint_after, wait_for_the_job_and_both_ranks_done, world_pods, world_running,
 )  # fmt: skip
-from conftest import RACK, RACKS
+from conftest import RACK, RACKS, require_managers
+import kueue_testing as kueue
+from kueue_testing import set_topology
 from elastic_journey import BATCH as ELASTIC_BATCH, ELASTIC, RUN_ARGS as ELASTIC_RUN_ARGS, every_sample_of_each_epoch_trained_once
 from ddp_infra.config.workload import LivenessConfig
 from ddp_infra.names import OUT_OF_SERVICE_TAINT
@@ -102,6 +105,41 @@ def test_a_pod_larger_than_any_node_is_refused_at_preview_though_the_nodes_toget
     assert "the cluster's 3 node(s) can ever hold 0 of them:" in preview.output, preview.describe()
     for node in nodes_cluster.nodes:
         assert f"node {node.name}: 0 (allocatable cpu {len(os.sched_getaffinity(0)) * 1000 // 3}m, " in preview.output, preview.describe()
+
+
+@pytest.fixture
+def rack_topology(nodes_cluster):
+    """A Kueue Topology of racks and hosts over the nodes' labels, and a ClusterQueue of 3 pods whose
+    only flavor places workloads by it. A test asks for it before the stack: Kueue keeps a queue
+    while a world it admitted exists."""
+    require_managers(("kueue",))
+    set_topology(nodes_cluster, [RACK, kueue.HOSTNAME], {"kubernetes.io/os": "linux"}, pods_quota=3)
+    yield
+    kueue.remove_queues(nodes_cluster)
+
+
+def test_kueue_places_a_world_within_the_rack_with_room_or_holds_back_one_no_rack_can_hold(nodes_cluster, rack_topology, nodes_pause_stack):
+    """A Kueue Topology of racks and hosts over the nodes' labels (rack-a: nodes 0 and 1; rack-b:
+    node 2) and pods of 500m, one to a node: a world of 2 required within one rack goes to rack-a,
+    the only rack with room for both; a world of 3, though the 3 nodes together hold it and the
+    queue's quota admits it, is held back whole, since no rack holds 3, in Kueue's words, which the
+    status view quotes."""
+    cluster = nodes_cluster
+    queued = {"workload__kind": contract.INDEXED_JOB, **kueue.queued_namespace(cluster, "team-a"), **pause_pod_resources("500m")}
+    nodes_pause_stack.up(nodes=2, scheduling__topology={"level": RACK}, **queued)
+    rack_a = {node.name for node in cluster.nodes if RACKS[node.index][RACK] == "rack-a"}
+    workload = kueue.admitted(cluster, contract.INDEXED_JOB, "the world of 2 within one rack")
+    assert kueue.placement(workload) == dict.fromkeys(rack_a, 1), workload["status"]
+    wait_for(lambda: world_running(cluster, 2), 120, "both pods Running", interval=1)
+    assert set(nodes_of_the_world(cluster).values()) == rack_a
+
+    nodes_pause_stack.up(nodes=3, scheduling__topology={"level": RACK}, **queued)
+    held = kueue.held_back(cluster, contract.INDEXED_JOB)
+    reason = kueue.condition(held, "QuotaReserved")["message"]
+    assert f'topology "{kueue.TOPOLOGY}" allows to fit only 2 out of 3 pod(s)' in reason, held["status"]
+    assert kueue.suspended(cluster, contract.INDEXED_JOB) and pods(cluster, NAMESPACE) == {}
+    status = status_view(cluster, nodes_pause_stack.outputs["statusCommand"])
+    assert "allows to fit only 2 out of 3 pod(s)" in status, status
 
 
 def test_a_spare_takes_a_lost_pods_place_within_seconds_whatever_took_it(nodes_cluster, nodes_dev_image, nodes_stack, reference_result):
