@@ -3,8 +3,10 @@ server (toolchain/apiserver.py) and the local cluster (toolchain/cluster/) both 
 
 from __future__ import annotations
 
+import functools
 import ssl
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -47,10 +49,22 @@ def apiserver_argv(binary: str, *, etcd_url: str, bind: str, advertise: str, por
 
 def ready(server: str, ca_file: Path, token: str) -> bool:
     """The API server's /readyz answers 200; an error status is not yet (a refused connection raises)."""
-    context = ssl.create_default_context(cafile=str(ca_file))
-    request = urllib.request.Request(f"{server}/readyz", headers={"Authorization": f"Bearer {token}"})
+    return read(server, ca_file, token, "/readyz", timeout=5)[0] == 200
+
+
+@functools.cache
+def _tls(ca_pem: str) -> ssl.SSLContext:
+    """One context a CA (a cluster started again at the same path has a new one)."""
+    return ssl.create_default_context(cadata=ca_pem)
+
+
+def read(server: str, ca_file: Path, token: str, path: str, timeout: float = 60, **query: str) -> tuple[int, bytes]:
+    """A GET of `path` (with `query`) as the bearer of `token`: the status and the body, an error
+    status included (a refused connection raises)."""
+    url = f"{server}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     try:
-        with urllib.request.urlopen(request, context=context, timeout=5) as response:
-            return response.status == 200
-    except urllib.error.HTTPError:
-        return False
+        with urllib.request.urlopen(request, context=_tls(ca_file.read_text()), timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read()

@@ -28,6 +28,7 @@ from waiting import wait_for
 from demo.stack import write_stack_config
 from toolchain.cluster import LocalCluster
 from toolchain.cluster.cgroups import cgroup_mounts
+from toolchain.cluster.processes import ClusterError
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -163,8 +164,23 @@ def delete_namespace(cluster: LocalCluster, namespace: str, timeout: float = 240
                     timeout=timeout + 30)
 
 
+# The kinds the journeys read while they wait, read from the API server without a kubectl process
+# (LocalCluster.api_read); kubectl reads any other.
+API_PATHS = {"pod": "/api/v1/namespaces/{namespace}/pods", "job": "/apis/batch/v1/namespaces/{namespace}/jobs",
+             "statefulset": "/apis/apps/v1/namespaces/{namespace}/statefulsets"}  # fmt: skip
+
+
 def get(cluster: LocalCluster, kind: str, name: str, namespace: str) -> dict[str, Any]:
-    return json.loads(cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json").stdout)
+    if kind not in API_PATHS:
+        return json.loads(cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json").stdout)
+    return _read_json(cluster, f"{API_PATHS[kind].format(namespace=namespace)}/{name}")
+
+
+def _read_json(cluster: LocalCluster, path: str) -> dict[str, Any]:
+    status, body = cluster.api_read(path)
+    if status != 200:
+        raise ClusterError(f"GET {path}: {status} {body.decode(errors='replace')[:500]}")
+    return json.loads(body)
 
 
 def node_cpu(cluster: LocalCluster) -> str:
@@ -219,7 +235,7 @@ def placeholder_phase(cluster: LocalCluster) -> str | None:
 def pods(cluster: LocalCluster, namespace: str, store: bool = False) -> dict[str, dict[str, Any]]:
     """The namespace's pods by name: the world's and the tests' own, and with `store` the
     rendezvous store's too (a Deployment's pod, which runs beside the world and outlives it)."""
-    items = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
+    items = _read_json(cluster, API_PATHS["pod"].format(namespace=namespace))["items"]
     return {pod["metadata"]["name"]: pod for pod in items if store or not is_store_pod(pod)}
 
 
@@ -277,10 +293,11 @@ def cluster_state(cluster: LocalCluster, namespace: str = NAMESPACE) -> str:
     return "\n".join(cluster.kubectl(*view, check=False).stdout[-4000:] for view in views)
 
 
-def logs(cluster: LocalCluster, namespace: str, pod: str, previous: bool = False) -> str:
-    args = ["logs", pod, "-n", namespace, "-c", "trainer"] + (["--previous"] if previous else [])
-    result = cluster.kubectl(*args, check=False)
-    return result.stdout if result.returncode == 0 else ""
+def logs(cluster: LocalCluster, namespace: str, pod: str, previous: bool = False, timestamps: bool = False) -> str:
+    """The pod's trainer log ("" where it has none yet, or no longer)."""
+    query = {"container": "trainer", **({"previous": "true"} if previous else {}), **({"timestamps": "true"} if timestamps else {})}
+    status, body = cluster.api_read(f"{API_PATHS['pod'].format(namespace=namespace)}/{pod}/log", **query)
+    return body.decode(errors="replace") if status == 200 else ""
 
 
 def all_logs(cluster: LocalCluster, namespace: str, pod: str) -> str:
@@ -290,9 +307,8 @@ def all_logs(cluster: LocalCluster, namespace: str, pod: str) -> str:
 
 def timestamped_logs(cluster: LocalCluster, pod: str) -> list[tuple[datetime, str]]:
     """The pod's current trainer log, each line with the time the runtime read it (ns resolution)."""
-    result = cluster.kubectl("logs", pod, "-n", NAMESPACE, "-c", "trainer", "--timestamps", check=False)
     rows = []
-    for row in result.stdout.splitlines() if result.returncode == 0 else []:
+    for row in logs(cluster, NAMESPACE, pod, timestamps=True).splitlines():
         stamp, _, text = row.partition(" ")
         rows.append((datetime.fromisoformat(stamp), text))
     return rows
