@@ -9,7 +9,7 @@
 #     newest sdk/v3 that contains it (see cli_fallback_version and build_language_host);
 #   - the Kubernetes resource provider, at the `pulumi-kubernetes==` pin (the Python SDK's version,
 #     so the plugin the SDK asks for is the one built), installed as a plugin;
-#   - kube-apiserver and etcd, a real API server for tests (toolchain/apiserver.py);
+#   - kube-apiserver and etcd, a real API server for tests (toolchain/apiserver/server.py);
 #   - the test cluster's other components (toolchain/cluster/): the kubelet, controller-manager,
 #     scheduler, kube-proxy, CoreDNS, and the JobSet and Kueue controllers with their modules'
 #     manifests;
@@ -107,7 +107,7 @@ wrapped_build() {
     cd wrapper
     go mod init ddp-infra-toolchain/wrapper
     go mod edit -require="$module"
-    edits=$(go mod edit -json "$gomod" | python3 "$here/gomod.py" $gomod_flags)
+    edits=$(go mod edit -json "$gomod" | python3 "$here/build/gomod.py" $gomod_flags)
     if [ -n "$edits" ]; then
       mapfile -t edits <<<"$edits"
       go mod edit "${edits[@]}"
@@ -143,7 +143,7 @@ build_language_host() {
   else
     wrapped_build pulumi-language-python-v$lang_version "$lang_module" "github.com/pulumi/pulumi/sdk/v3@v$lang_version" "" \
       -tags osusergo,grpcnotrace -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$lang_version"
-    sed "s/@HOST@/pulumi-language-python-v$lang_version/" "$here/language-host-wrapper.sh" >out/pulumi-language-python
+    sed "s/@HOST@/pulumi-language-python-v$lang_version/" "$here/build/language-host-wrapper.sh" >out/pulumi-language-python
     chmod 0755 out/pulumi-language-python
   fi
   # The host runs the program through this script, which it looks for beside its own binary.
@@ -203,7 +203,7 @@ build_actionlint() {
 
 # build_controller BINARY MODULE MAIN_PACKAGE VERSION: the manager binary, and the module's own
 # manifests (config/: CRDs, RBAC, webhooks) with the default install rendered from them, which the
-# test cluster takes its objects from (toolchain/controller_addon.py).
+# test cluster takes its objects from (toolchain/addons/controller_addon.py).
 build_controller() {
   local binary=$1 module=$2 main=$3 version=$4 src
   export CGO_ENABLED=0
@@ -217,7 +217,7 @@ build_controller() {
 build_jobset() { build_controller jobset-manager sigs.k8s.io/jobset sigs.k8s.io/jobset "$jobset_version"; }
 build_kueue() { build_controller kueue-manager sigs.k8s.io/kueue sigs.k8s.io/kueue/cmd/kueue "$kueue_version"; }
 
-# Volcano's scheduler alone (toolchain/volcano.py), and beside it its module's CRDs and the chart's
+# Volcano's scheduler alone (toolchain/addons/volcano.py), and beside it its module's CRDs and the chart's
 # template of the scheduler's objects, whose ClusterRole the test cluster binds it to.
 build_volcano() {
   local module=volcano.sh/volcano src

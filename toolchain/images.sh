@@ -211,10 +211,10 @@ build_trainer() {
 }
 
 # What the trainer's key covers of its build context DIR: one line per file that `buildah bud`
-# sends, and the ignore file and the Dockerfile (toolchain/build_context_digest.py). The digest's
+# sends, and the ignore file and the Dockerfile (toolchain/build/build_context_digest.py). The digest's
 # output is in the key, not its code: a change to it that changes no line changes no image.
 context_digest() {
-  python3 "$here/build_context_digest.py" "$1"
+  python3 "$here/build/build_context_digest.py" "$1"
 }
 
 hash16() { sha256sum | cut -c1-16; }

@@ -1,5 +1,5 @@
 """`scheduling.gang.scheduler: kubernetes` on a cluster of Kubernetes 1.36 with the Workload API and
-its gang scheduling on (the alpha gates: toolchain/control_plane.py; a cluster of its own, since
+its gang scheduling on (the alpha gates: toolchain/apiserver/control_plane.py; a cluster of its own, since
 they change how every Job there is scheduled), through the real engine, as a
 Job and as a JobSet: the Job controller makes a PodGroup of the world's pods, and a world of 2 is
 bound whole; a lost pod's replacement joins it; a world of 3 that the node has room for only 2 of

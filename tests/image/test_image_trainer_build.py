@@ -193,8 +193,8 @@ def test_print_names_the_current_keys_under_the_cache_and_builds_nothing(tmp_pat
 def source_copy(tmp_path):
     """What the keys are computed from (the scripts, pause.c, trainer/) plus an unrelated README.md."""
     repo = tmp_path / "repo"
-    (repo / "toolchain").mkdir(parents=True)
-    for name in ("images.sh", "build_context_digest.py", "pause.c", "cuda_stubs.py"):
+    (repo / "toolchain" / "build").mkdir(parents=True)
+    for name in ("images.sh", "build/build_context_digest.py", "pause.c", "cuda_stubs.py"):
         shutil.copy2(REPO / "toolchain" / name, repo / "toolchain" / name)
     shutil.copytree(TRAINER, repo / "trainer")
     shutil.copy2(REPO / "README.md", repo / "README.md")
@@ -257,10 +257,10 @@ def test_keys_follow_the_build_context_and_nothing_else(source_copy):
     shutil.copy2(REPO / "toolchain" / "cuda_stubs.py", cuda_stubs)
 
     # how the build context is read, written otherwise with the same output: the same keys
-    digest = repo / "toolchain" / "build_context_digest.py"
+    digest = repo / "toolchain" / "build" / "build_context_digest.py"
     digest.write_text(digest.read_text() + "\n# changed\n")
     assert keys(script) == original
-    shutil.copy2(REPO / "toolchain" / "build_context_digest.py", digest)
+    shutil.copy2(REPO / "toolchain" / "build" / "build_context_digest.py", digest)
 
     # pause.c: only the pause image's key
     pause_c = repo / "toolchain" / "pause.c"

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from toolchain import apiserver
+from toolchain.apiserver import server
 from toolchain.apiserver import LocalApiServer, free_ports
 
 pytestmark = pytest.mark.timeout(180)
@@ -32,7 +32,7 @@ def test_a_port_taken_before_the_server_binds_it_is_chosen_again(monkeypatch):
     def choose(count: int) -> list[int]:
         return choices.pop(0) if choices else free_ports(count)
 
-    monkeypatch.setattr(apiserver, "free_ports", choose)
+    monkeypatch.setattr(server, "free_ports", choose)
     try:
         with LocalApiServer() as api:
             assert api.kubectl("get", "namespaces").returncode == 0

@@ -17,10 +17,10 @@ from infra_harness import evaluate, evaluated, evaluated_with, pod_template_of
 from waiting import wait_for
 from ddp_infra import cluster_apis, gang
 from toolchain.apiserver import LocalApiServer, find_tool, tool_dir
-from toolchain.controller_addon import ControllerAddOn
-from toolchain.jobset import JOBSET
-from toolchain import volcano
-from toolchain.kueue import KUEUE
+from toolchain.addons.controller_addon import ControllerAddOn
+from toolchain.addons.jobset import JOBSET
+from toolchain.addons import volcano
+from toolchain.addons.kueue import KUEUE
 from trainer import contract
 
 KUBECTL_TIMEOUT = 60

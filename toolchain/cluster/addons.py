@@ -1,5 +1,5 @@
 """The cluster's add-ons, each a binary of the toolchain run as a process beside CoreDNS: the JobSet
-and Kueue controllers (toolchain/controller_addon.py) and Volcano's scheduler (toolchain/volcano.py)."""
+and Kueue controllers (toolchain/addons/controller_addon.py) and Volcano's scheduler (toolchain/addons/volcano.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from toolchain import certificates, volcano
-from toolchain.controller_addon import AddOn, ControllerAddOn
-from toolchain.jobset import JOBSET
-from toolchain.kueue import KUEUE
-from toolchain.volcano import VOLCANO
+from toolchain.addons import volcano
+from toolchain.apiserver import certificates
+from toolchain.addons.controller_addon import AddOn, ControllerAddOn
+from toolchain.addons.jobset import JOBSET
+from toolchain.addons.kueue import KUEUE
+from toolchain.addons.volcano import VOLCANO
 
 from .control_plane import LOCAL_PROVISIONER
 from .running import RunningCluster
@@ -29,7 +30,7 @@ def start_addon(cluster: RunningCluster, addon: AddOn, binary: str, deadline: fl
 
 
 def _start_controller(cluster: RunningCluster, addon: ControllerAddOn, binary: str, deadline: float) -> None:
-    """A controller as a process beside CoreDNS; see toolchain/controller_addon.py for why."""
+    """A controller as a process beside CoreDNS; see toolchain/addons/controller_addon.py for why."""
     install = addon.install_manifests(binary)
     pki, home = cluster.run_dir / "pki", cluster.run_dir / addon.name
     certs = home / "certs"
@@ -53,7 +54,7 @@ def _start_controller(cluster: RunningCluster, addon: ControllerAddOn, binary: s
 
 
 def _start_volcano(cluster: RunningCluster, binary: str, deadline: float) -> None:
-    """Volcano's scheduler as a process beside CoreDNS; see toolchain/volcano.py for why."""
+    """Volcano's scheduler as a process beside CoreDNS; see toolchain/addons/volcano.py for why."""
     crds_dir = Path(binary).resolve().parent / volcano.CRDS_DIR
     _apply_server_side(cluster, volcano.api_objects(crds_dir))
     for crd in volcano.ESTABLISHED:

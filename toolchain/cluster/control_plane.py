@@ -1,5 +1,5 @@
 """The cluster's control plane: etcd and kube-apiserver (their command lines shared with the test API
-server, toolchain/control_plane.py), kube-controller-manager and kube-scheduler, and what a cluster
+server, toolchain/apiserver/control_plane.py), kube-controller-manager and kube-scheduler, and what a cluster
 installer adds once the API server answers (CoreDNS's and kube-router's read access, local
 storage for claims)."""
 
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from toolchain import control_plane
+from toolchain.apiserver import control_plane
 
 from .credentials import COREDNS_USER, KUBE_ROUTER_USER
 from .network import API_PORT, NODE_IP, SERVICE_CIDR

@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from toolchain import certificates
+from toolchain.apiserver import certificates
 
 from .network import API_PORT, KUBERNETES_SERVICE_IP, NODE_IP
 

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from toolchain import certificates
-from toolchain import control_plane as api
+from toolchain.apiserver import certificates
+from toolchain.apiserver import control_plane as api
 from toolchain.apiserver import find_tool, free_port, tool_dir
 
 from . import control_plane, credentials, faults, node

@@ -1,6 +1,6 @@
 """Prints what the trainer image's key covers of a build context (toolchain/images.sh hashes it).
 
-    python3 toolchain/build_context_digest.py DIR
+    python3 toolchain/build/build_context_digest.py DIR
 
 One line per file that `buildah bud DIR` sends after .containerignore or .dockerignore, with
 Docker's pattern rules (`**`, `!` exceptions, a match on a parent directory excludes what is under

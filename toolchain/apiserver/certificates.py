@@ -1,6 +1,6 @@
 """Certificates, bearer tokens and kubeconfigs of a local API server, made with openssl: one CA
 per server, serving certificates it signs, and a kubeconfig per identity. Shared by the test API
-server (toolchain/apiserver.py) and the local cluster (toolchain/cluster/)."""
+server (toolchain/apiserver/server.py) and the local cluster (toolchain/cluster/)."""
 
 from __future__ import annotations
 

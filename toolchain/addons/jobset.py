@@ -1,10 +1,10 @@
-"""The JobSet controller as an add-on of the local cluster (toolchain/controller_addon.py says how)."""
+"""The JobSet controller as an add-on of the local cluster (toolchain/addons/controller_addon.py says how)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from toolchain.controller_addon import ControllerAddOn
+from toolchain.addons.controller_addon import ControllerAddOn
 
 # A JobSet that the mutating webhook completes (it adds a startupPolicy).
 _PROBE = {

@@ -1,16 +1,16 @@
-"""The Kueue controller as an add-on of the local cluster (toolchain/controller_addon.py says how).
+"""The Kueue controller as an add-on of the local cluster (toolchain/addons/controller_addon.py says how).
 
 It manages Indexed Jobs, and JobSets where the JobSet add-on runs too; a Job or JobSet is Kueue's
 when it carries the `kueue.x-k8s.io/queue-name` label. Its on-demand visibility API (an aggregated
 API server of its own) is off: nothing here reads it. Its CRDs serve v1beta2 (stored) and v1beta1,
-converted by its webhook (toolchain/controller_addon.py).
+converted by its webhook (toolchain/addons/controller_addon.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from toolchain.controller_addon import ControllerAddOn
+from toolchain.addons.controller_addon import ControllerAddOn
 
 # A Job in a queue: Kueue's mutating webhook suspends it.
 _PROBE = {

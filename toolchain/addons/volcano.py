@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from toolchain.controller_addon import AddOn
+from toolchain.addons.controller_addon import AddOn
 
 VOLCANO = AddOn(name="volcano", manager="vc-scheduler")
 HEALTH_PORT = 11251

@@ -14,10 +14,10 @@ directory that is removed on exit, together with both processes.
 
 The binaries come from toolchain/build.sh (its --bin-dir), else from PATH.
 
-    python toolchain/apiserver.py --selftest
+    python -m toolchain.apiserver --selftest
 
-Its certificates and command lines are the local cluster's (toolchain/certificates.py,
-toolchain/control_plane.py).
+Its certificates and command lines are the local cluster's (certificates.py and
+control_plane.py beside it).
 """
 import argparse
 import json
@@ -26,16 +26,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-if __package__ in (None, ""):  # run as a script (--selftest): the repository root, for `toolchain.`
-    sys.path.insert(0, str(HERE.parent))
+from . import certificates, control_plane
 
-from toolchain import certificates, control_plane  # noqa: E402
+TOOLCHAIN = Path(__file__).resolve().parents[1]
 
 
 def free_ports(count):
@@ -69,7 +66,7 @@ START_ATTEMPTS = 3
 
 def tool_dir():
     """Where toolchain/build.sh puts the binaries it builds."""
-    out = subprocess.run([str(HERE / "build.sh"), "--bin-dir"], capture_output=True, text=True, check=True)
+    out = subprocess.run([str(TOOLCHAIN / "build.sh"), "--bin-dir"], capture_output=True, text=True, check=True)
     return Path(out.stdout.strip())
 
 
@@ -266,5 +263,3 @@ def main():
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())

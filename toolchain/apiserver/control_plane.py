@@ -1,5 +1,5 @@
 """The command lines of etcd and kube-apiserver, and the API server's readiness, as the test API
-server (toolchain/apiserver.py) and the local cluster (toolchain/cluster/) both start them."""
+server (toolchain/apiserver/server.py) and the local cluster (toolchain/cluster/) both start them."""
 
 from __future__ import annotations
 
