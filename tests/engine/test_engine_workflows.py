@@ -16,7 +16,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from pulumi_project import REPO, require_tool, toolchain_path

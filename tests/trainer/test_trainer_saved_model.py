@@ -51,7 +51,7 @@ def test_a_language_model_loads_with_its_config_and_gives_the_trained_outputs(tm
 
     # The function, in a fresh process: its outputs on a fixed input are those of the trained weights
     # in a model built from the training flags.
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import sys, torch
         from trainer.load import load_model
         model = load_model(sys.argv[1])
