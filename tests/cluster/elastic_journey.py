@@ -11,11 +11,11 @@ while it runs on).
 
 from __future__ import annotations
 
-import time
+from datetime import datetime, timezone
 
 from cluster_testing import (
-    DISRUPTED_RUN, NAMESPACE, all_logs, claim_path, cluster_state, free_cpu_millis, newest_checkpoint, paced, pods,
-    jobset_status, place_placeholder, placeholder_phase, remove_placeholder, terminal_state, wait_for, wait_for_checkpoint_after,
+    DISRUPTED_RUN, NAMESPACE, claim_path, cluster_state, free_cpu_millis, newest_checkpoint, paced, pods, jobset_status,
+    place_placeholder, placeholder_phase, remove_placeholder, resumes, terminal_state, wait_for, wait_for_checkpoint_after,
     world_pods,
 )  # fmt: skip
 from trainer import contract
@@ -42,28 +42,17 @@ ELASTIC = {
 }  # fmt: skip
 
 
-def resized_lines(cluster) -> list[str]:
-    """Every `[CKPT] resumed` line of the world's pods, in their order (rank 0 logs one per world)."""
-    lines = []
-    for pod in world_pods(cluster).values():
-        lines += [line for line in all_logs(cluster, NAMESPACE, pod["metadata"]["name"]).splitlines() if line.startswith("[CKPT] resumed")]
-    return lines
-
-
-def wait_for_world_of(cluster, size: int, before: int, seen: set[str], timeout: float = 300) -> tuple[str, float]:
-    """Waits for a world of `size` resumed from one of `before`; returns its resume line and the seconds taken."""
-    started = time.monotonic()
+def resized(cluster, since: datetime, size: int, before: int, timeout: float = 300) -> tuple[str, float]:
+    """Waits for a world of `size` resumed from one of `before` after `since`; returns its resume line
+    and the seconds from `since`, by the line's own time (a look at the logs of a pod on a lost node
+    can take long). The line says the rule of a resize: each process keeps its batch."""
     try:
-        line = wait_for(
-            lambda: next((line for line in resized_lines(cluster) if line not in seen and f"world of {size} (was {before})" in line), None),
-            timeout, f"a world of {size} (was {before})", interval=1,
-        )  # fmt: skip
+        at, line = wait_for(lambda: next(((at, text) for at, text in resumes(cluster) if at > since and f"world of {size} (was {before})" in text), None),
+                            timeout, f"a world of {size} (was {before})", interval=1)  # fmt: skip
     except AssertionError as error:
         raise AssertionError(f"{error}\n{cluster_state(cluster)}") from None
-    seen.add(line)
-    # the rule of a resize, said where it happened: each process keeps its batch
     assert f"global batch {size * BATCH} (was {before * BATCH})" in line, line
-    return line, time.monotonic() - started
+    return line, round((at - since).total_seconds(), 1)
 
 
 def running_world_pods(cluster) -> list[str]:
@@ -83,7 +72,6 @@ def journey(cluster, stack) -> None:
 
 def _grow_shrink_grow(cluster, dev_stack) -> None:
     figures: dict[str, float] = {}
-    seen: set[str] = set()
     # Room for the minimum only: two pods' CPU, less a little, is left to the world.
     place_placeholder(cluster, free_cpu_millis(cluster) - 2 * POD_CPU_MILLIS - POD_CPU_MILLIS // 2)
     wait_for(lambda: placeholder_phase(cluster) == "Running", 120, "the placeholder running")
@@ -95,24 +83,27 @@ def _grow_shrink_grow(cluster, dev_stack) -> None:
     assert newest_checkpoint(cluster)["world_size"] == 2
 
     # Capacity appears: the third pod starts and the world grows to it, with no `pulumi up`.
+    appeared = datetime.now(timezone.utc)
     remove_placeholder(cluster)
-    line, figures["capacity appeared -> a world of 3 resumed"] = wait_for_world_of(cluster, 3, 2, seen)
+    _, figures["capacity appeared -> a world of 3 resumed"] = resized(cluster, appeared, 3, 2)
 
     # A pod is lost while nothing can replace it: the world goes on smaller.
     wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
     lost = running_world_pods(cluster)[1]
     place_placeholder(cluster, free_cpu_millis(cluster) + POD_CPU_MILLIS // 2)  # binds once the lost pod's CPU is freed
+    deleted = datetime.now(timezone.utc)
     cluster.kubectl("delete", "pod", lost, "-n", NAMESPACE, "--wait=false")
-    line, figures["pod lost -> a world of 2 resumed"] = wait_for_world_of(cluster, 2, 3, seen)
+    line, figures["pod lost -> a world of 2 resumed"] = resized(cluster, deleted, 2, 3)
     # the lost pod's SIGTERM stopped the world at a checkpoint of its own, which the smaller one resumed from
     assert "(sigterm checkpoint)" in line, line
     assert placeholder_phase(cluster) == "Running"  # it, not the lost pod's replacement, took the freed CPU
 
     # Capacity again: the lost pod's replacement starts and the world grows back.
     wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
+    appeared = datetime.now(timezone.utc)
     remove_placeholder(cluster)
-    line, figures["capacity appeared again -> a world of 3 resumed"] = wait_for_world_of(cluster, 3, 2, seen)
-    print(f"\n[figures] elastic jobset of 2:3, seconds: { {what: round(seconds, 1) for what, seconds in figures.items()} }")
+    _, figures["capacity appeared again -> a world of 3 resumed"] = resized(cluster, appeared, 3, 2)
+    print(f"\n[figures] elastic jobset of 2:3, seconds: {figures}")
 
     # The run ends: the first pod that succeeds completes the Job (and its JobSet).
     assert wait_for(lambda: terminal_state(cluster), 900, "the JobSet to end", interval=3) == "Completed"

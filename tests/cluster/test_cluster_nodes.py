@@ -40,7 +40,7 @@ from cluster_testing import (
 from conftest import RACK, RACKS, require_managers
 import kueue_testing as kueue
 from kueue_testing import set_topology
-from elastic_journey import BATCH as ELASTIC_BATCH, ELASTIC, RUN_ARGS as ELASTIC_RUN_ARGS, every_sample_of_each_epoch_trained_once
+from elastic_journey import ELASTIC, RUN_ARGS as ELASTIC_RUN_ARGS, every_sample_of_each_epoch_trained_once, resized
 from ddp_infra.config.workload import LivenessConfig
 from ddp_infra.names import OUT_OF_SERVICE_TAINT
 from policy_checks import the_network_policies_admit_only_the_world
@@ -324,7 +324,7 @@ def test_an_elastic_world_goes_on_without_a_lost_node_and_grows_back_when_it_boo
     finally:
         cluster.kubectl("uncordon", held_back)
         uncordoned = datetime.now(timezone.utc)
-    figures["a node uncordoned -> a world of 3 resumed"] = resized(cluster, uncordoned, 3, 2)
+    _, figures["a node uncordoned -> a world of 3 resumed"] = resized(cluster, uncordoned, 3, 2)
 
     wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
     losses = Losses(cluster, spare=False)
@@ -332,12 +332,12 @@ def test_an_elastic_world_goes_on_without_a_lost_node_and_grows_back_when_it_boo
         lost = losses.not_on_node_0(ranks(cluster))
         crashed = datetime.now(timezone.utc)
         losses.crash_its_node(lost)
-        figures["a training pod's node crashed -> a world of 2 resumed"] = resized(cluster, crashed, 2, 3)
+        _, figures["a training pod's node crashed -> a world of 2 resumed"] = resized(cluster, crashed, 2, 3)
         assert get(cluster, "pod", lost, NAMESPACE)["status"]["phase"] == "Running"  # to Kubernetes, still
         wait_for_checkpoint_after(cluster, newest_checkpoint(cluster)["step"])
         cluster.restart_node(losses.crashed.pop())
         booted = datetime.now(timezone.utc)
-        figures["the node booted (Ready) -> a world of 3 resumed"] = resized(cluster, booted, 3, 2)
+        _, figures["the node booted (Ready) -> a world of 3 resumed"] = resized(cluster, booted, 3, 2)
     finally:
         for node in losses.crashed:
             cluster.restart_node(node)
@@ -348,16 +348,6 @@ def test_an_elastic_world_goes_on_without_a_lost_node_and_grows_back_when_it_boo
     ended = wait_for(lambda: (epoch := newest_checkpoint(cluster)["epoch"]) >= grown["epoch"] + 2 and epoch, 120,
                      "two epochs trained by the world of 3", interval=1)  # fmt: skip
     every_sample_of_each_epoch_trained_once(cluster, ended, still_training=True)
-
-
-def resized(cluster, since: datetime, size: int, before: int) -> float:
-    """Seconds from `since` to the resume of a world of `size` from one of `before` (by the line's
-    own time: a look at the logs of a pod on a lost node can take long), which says the rule of a
-    resize: each process keeps its batch."""
-    at, line = wait_for(lambda: next(((at, text) for at, text in resumes(cluster) if at > since and f"world of {size} (was {before})" in text), None),
-                        300, f"a world of {size} (was {before})", interval=1)  # fmt: skip
-    assert f"global batch {size * ELASTIC_BATCH} (was {before * ELASTIC_BATCH})" in line, line
-    return round((at - since).total_seconds(), 1)
 
 
 def the_world_across_nodes(cluster, stack, run_args: list[str], **changes: str) -> list[dict]:
