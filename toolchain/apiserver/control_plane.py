@@ -1,4 +1,4 @@
-"""The command lines of etcd and kube-apiserver, and the API server's readiness, as the test API
+"""The command lines of etcd and kube-apiserver, the API server's readiness and a GET on it, as the test API
 server (toolchain/apiserver/server.py) and the local cluster (toolchain/cluster/) both start them."""
 
 from __future__ import annotations
