@@ -170,6 +170,12 @@ API_PATHS = {"pod": "/api/v1/namespaces/{namespace}/pods", "job": "/apis/batch/v
              "statefulset": "/apis/apps/v1/namespaces/{namespace}/statefulsets"}  # fmt: skip
 
 
+def apply(cluster: LocalCluster, objects: list[dict[str, Any]]) -> None:
+    """Objects a test sets up as a cluster's admin would (queues, flavors, topologies), applied server-side."""
+    cluster.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-",
+                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))  # fmt: skip
+
+
 def get(cluster: LocalCluster, kind: str, name: str, namespace: str) -> dict[str, Any]:
     if kind not in API_PATHS:
         return json.loads(cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json").stdout)

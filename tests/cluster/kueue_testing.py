@@ -6,9 +6,8 @@ cluster of three nodes in two racks."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from cluster_testing import NAMESPACE, WORKLOAD, get, pause_pod_resources, wait_for
+from cluster_testing import NAMESPACE, WORKLOAD, apply, get, pause_pod_resources, wait_for
 from trainer import contract
 
 FLAVOR = "default-flavor"
@@ -18,11 +17,6 @@ TAS_FLAVOR = "tas-flavor"
 HOSTNAME = "kubernetes.io/hostname"
 SMALL_PODS = pause_pod_resources("10m")
 RESOURCE = {contract.INDEXED_JOB: "job", contract.JOBSET: "jobset"}
-
-
-def apply(cluster, objects: list[dict[str, Any]]) -> None:
-    cluster.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-",
-                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))  # fmt: skip
 
 
 def cluster_queue(pods_quota: int, flavor: str = FLAVOR) -> dict:

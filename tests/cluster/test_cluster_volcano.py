@@ -11,12 +11,11 @@ The pods run the pause image in place of the trainer.
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
-from cluster_testing import NAMESPACE, WORKLOAD, get, pause_pod_resources, pods, status_view, wait_for, world_pods, world_running
+from cluster_testing import NAMESPACE, WORKLOAD, apply, get, pause_pod_resources, pods, status_view, wait_for, world_pods, world_running
 from ddp_infra import gang
 
 pytestmark = pytest.mark.timeout(900)
@@ -32,7 +31,7 @@ def set_capability(cluster, pods_worth: int) -> None:
         "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": QUEUE},
         "spec": {"weight": 1, "reclaimable": False, "capability": {"cpu": f"{pods_worth * POD_CPU_MILLIS}m", "memory": "100Gi"}},
     }  # fmt: skip
-    cluster.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=json.dumps(queue))
+    apply(cluster, [queue])
 
 
 @pytest.fixture
