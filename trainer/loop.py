@@ -32,7 +32,7 @@ from trainer.sample_record import IndexedDataset, SampleRecord
 from trainer.step import OptimizerStep, StepWindow
 from trainer.sampler import EpochSampler
 from trainer.stop import StopRequest, answer_bound
-from trainer.tasks.task import Task, to_device
+from trainer.tasks.task import Task, set_epoch, to_device
 from trainer.train_config import TrainConfig
 from trainer.tracking import NO_TRACKERS, Trackers
 
@@ -171,6 +171,7 @@ class Trainer:
     def _train_epoch(self) -> None:
         p, cfg = self.progress, self.cfg
         self.sampler.set_epoch(p.epoch, start=p.samples_in_epoch)
+        set_epoch(self.task.train_set, p.epoch)  # before the loader's workers copy it
         steps_in_epoch = self._steps_in_epoch()
         batches = iter(self.loader)
         window = StepWindow(self.d.device)

@@ -1,4 +1,6 @@
-"""Training processes' main: `python -m trainer.train {smoke,lm} [flags]`, normally under torchrun.
+"""Training processes' main: `python -m trainer.train TASK [flags]`, normally under torchrun. TASK is a
+built-in task (smoke, lm), a task an installed package names (entry points `ddp_infra.tasks`), or
+`module:factory`; a user's task takes its own options as `--task-option KEY=VALUE` (docs/trainer.md).
 
 The run directory is <--out-dir>/<--run-name> (env OUT_DIR, RUN_NAME): it must stay the same across
 restarts, since that is where a restarted process finds the checkpoint to resume from.
@@ -21,6 +23,10 @@ from trainer import console, distributed, tracking
 from trainer.arguments import seconds
 from trainer.tasks.lm import task as lm_task
 from trainer.tasks import smoke
+from trainer.tasks.checks import check_task
+from trainer.tasks.task import Task
+from trainer.tasks.options import TaskOptions
+from trainer.tasks.registry import make_user_task
 from trainer.hang_watch import HangLimits, HangWatch, own_pod
 from trainer.loop import Stopped, Trainer
 from trainer.outputs import RunDir
@@ -36,6 +42,8 @@ TASK_DEFAULTS = {
     "smoke": dict(batch=256, lr=3e-3, grad_clip=0.0, warmup_steps=0, weight_decay=0.0),
     "lm": dict(batch=16, lr=3e-4, grad_clip=1.0, warmup_steps=20, weight_decay=0.1, adam_betas=(0.9, 0.95)),
 }
+# ...and a user's task's, each a flag its stack can set
+USER_TASK_DEFAULTS = dict(batch=32, lr=1e-3, grad_clip=0.0, warmup_steps=0, weight_decay=0.0)
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,13 +86,32 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__)
-    subparsers = parser.add_subparsers(dest="task", required=True)
+    subparsers = parser.add_subparsers(dest="task", required=True, metavar="TASK")
     for name, module in TASKS.items():
         sub = subparsers.add_parser(name, help=module.__doc__.splitlines()[0])
         add_common_arguments(sub)
         module.add_arguments(sub)
         sub.set_defaults(**TASK_DEFAULTS[name])
+    if argv and argv[0] not in TASKS and not argv[0].startswith("-"):
+        sub = subparsers.add_parser(argv[0], help="a user's task")
+        add_common_arguments(sub)
+        sub.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
+                         help="an option of the task's own, read by its factory (repeat for each)")  # fmt: skip
+        sub.set_defaults(**USER_TASK_DEFAULTS)
     return parser.parse_args(argv)
+
+
+def make_task(args: argparse.Namespace, d: distributed.Dist) -> Task:
+    """The run's task, checked against the contract an exact run needs (trainer/tasks/checks.py)."""
+    if args.task in TASKS:
+        task = TASKS[args.task].make_task(args)
+        card = {"task": args.task}
+    else:
+        options = TaskOptions.parse(args.task_option)
+        data_dir = Path(os.environ.get(c.DATA_DIR.name) or c.DATA_MOUNT)
+        task = make_user_task(args.task, TASKS, options, args.seed, data_dir)
+        card = {"task": args.task, "task_options": options.as_dict()}
+    return check_task(dataclasses.replace(task, card={**card, **task.card}), args.task, d)
 
 
 def config_of(args: argparse.Namespace) -> TrainConfig:
@@ -99,8 +126,7 @@ def config_of(args: argparse.Namespace) -> TrainConfig:
 
 
 def train(args: argparse.Namespace, d: distributed.Dist, stop: StopRequest) -> None:
-    task = TASKS[args.task].make_task(args)
-    task = dataclasses.replace(task, card={"task": args.task, **task.card})
+    task = make_task(args, d)
     run = RunDir(args.out_dir / args.run_name)
     trainer = Trainer(task, d, config_of(args), run, stop, args.run_name, sample_record=args.sample_record)
     trainer.resume()

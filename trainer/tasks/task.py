@@ -1,4 +1,5 @@
-"""What the training loop needs from a workload: a model, its data, its loss, how to save it."""
+"""What the training loop needs from a workload: a model, its data, its loss, how to save it; and what a
+user's task factory is given to make one (docs/trainer.md, "Bring your own model")."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 from torch.utils.data import Dataset
+
+from trainer.tasks.options import TaskOptions
 
 
 @dataclass
@@ -25,6 +28,22 @@ class Task:
     card: dict[str, Any] = field(default_factory=dict)
     # Training FLOPs (forward and backward) per unit, for MFU (trainer/flops.py); None: not known, no MFU.
     flops_per_unit: float | None = None
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What `factory(context) -> Task` is given: build the data from `seed` (never from the rank or
+    unseeded randomness), so that every rank and every restart sees the same samples."""
+
+    options: TaskOptions  # --task-option KEY=VALUE, read with a type and a default
+    seed: int  # the run's --seed; torch's generator is already seeded with it, so the model's weights are too
+    data_dir: Path  # the datasets claim's mount (DATA_DIR, /data)
+
+
+def set_epoch(dataset: Any, epoch: int) -> None:
+    """Tells a dataset with a `set_epoch` method which epoch it is about to be read in (0-based)."""
+    if hasattr(dataset, "set_epoch"):
+        dataset.set_epoch(epoch)
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
