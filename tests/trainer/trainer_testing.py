@@ -199,10 +199,10 @@ def with_option(args: list[str], option: str, value: str) -> list[str]:
     return [*args[:at], value, *args[at + 1 :]]
 
 
-def uninterrupted_result(args: list[str], out: Path, threads: int = 1) -> dict[str, str]:
+def uninterrupted_result(args: list[str], out: Path, threads: int = 1, **env: str) -> dict[str, str]:
     """The [DONE] result of an uninterrupted world of 2 processes (one pod, two workers) on this machine,
-    each computing on `threads` threads (their number changes float sums on some CPUs)."""
-    env = clean_env(**pod_env("ref-0", free_port(), nnodes=1, nproc=2), OUT_DIR=str(out), OMP_NUM_THREADS=str(threads))
+    each computing on `threads` threads (their number changes float sums on some CPUs), with `env` added."""
+    env = clean_env(**pod_env("ref-0", free_port(), nnodes=1, nproc=2), OUT_DIR=str(out), OMP_NUM_THREADS=str(threads), **env)
     # 240 s for the 8 epochs most runs have, more for longer ones: CI's load once stretched 24 epochs past 240 s
     epochs = int(args[args.index("--epochs") + 1]) if "--epochs" in args else 8
     code, text = run_to_end(entrypoint_command(args), env, out / "reference.log", timeout=240 * max(1.0, epochs / 8))
