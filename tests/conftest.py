@@ -33,8 +33,10 @@ WORKLOAD_API_CLUSTER_FILES = ("test_cluster_workload_api.py",)
 # past its 300 s (a crash-looping pod's eviction, 116 s with the light cluster beside it).
 NODES_CLUSTER_FILES = ("test_cluster_nodes.py",)
 # The trainer's longest files (several minutes each, real torchrun worlds): handed out first among
-# the trainer's units, so that the run ends on a short one. Handed out in file order, the 19 tests
-# these two files split started 25 minutes into a 35-minute run, as one file, and ended it.
+# the trainer's units, with the engine's (5 minutes, one deployed stack), so that the run ends on a
+# short one. Handed out in file order, the 19 tests these two files split started 25 minutes into a
+# 35-minute run, as one file, and ended it; handed out after the trainer's, the engine's ended a
+# 35-minute run 2.5 minutes after the other workers.
 LONGEST_TRAINER_FILES = ("test_trainer_multinode.py", "test_trainer_pod_losses.py")
 # Each cluster fixture and the work unit whose tests use it.
 CLUSTER_FIXTURES = {"controllers_cluster": "controllers cluster", "workload_api_cluster": "workload-api cluster", "nodes_cluster": "nodes cluster"}
@@ -72,7 +74,7 @@ def suite_rank(item: pytest.Item) -> float:
     suite = Path(item.path).relative_to(TESTS).parts[0]
     if Path(item.path).name in NODES_CLUSTER_FILES:
         return SUITE_ORDER.index("cluster") + 0.5  # the last cluster unit handed out
-    if Path(item.path).name in LONGEST_TRAINER_FILES:
+    if Path(item.path).name in LONGEST_TRAINER_FILES or suite == "engine":
         return SUITE_ORDER.index("trainer") - 0.25
     return SUITE_ORDER.index(suite) if suite in SUITE_ORDER else len(SUITE_ORDER)
 
