@@ -24,7 +24,7 @@ class OptimizerStep:
     def __init__(self, task: Task, model: torch.nn.Module, cfg: TrainConfig, device: torch.device,
                  sample_record: SampleRecord | None):  # fmt: skip
         self.task, self.model, self.device, self.sample_record = task, model, device, sample_record
-        self.grad_accum, self.grad_clip = cfg.grad_accum, cfg.grad_clip
+        self.grad_accum, self.grad_clip, self.batch_seconds = cfg.grad_accum, cfg.grad_clip, cfg.batch_seconds
         if cfg.tf32:
             throughput.use_tf32(device)
         self.ddp = throughput.wrap_ddp(model, device, cfg.grad_compression)
@@ -50,6 +50,8 @@ class OptimizerStep:
             sync = micro == accum - 1
             with nullcontext() if sync else self.ddp.no_sync(), self.autocast(), window.timing_forward():
                 loss, n = self.task.loss(self.compiled, batch)
+                if self.batch_seconds:
+                    time.sleep(self.batch_seconds)  # as the batch's kernels would keep the device busy
             self.scaler.scale(loss / accum if accum > 1 else loss).backward()
             window.add(loss, n)
         if self.grad_clip > 0:

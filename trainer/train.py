@@ -73,6 +73,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grad-compression", choices=tuple(GRAD_COMPRESSION), default="none",
                         help="bf16: all-reduce gradients in bf16, half the bytes on the network (default none)")  # fmt: skip
     parser.add_argument("--pg-timeout", type=float, default=1800, help="seconds a collective may wait for a peer")
+    parser.add_argument("--batch-seconds", type=seconds, default=0.0,
+                        help="seconds each training micro-batch also waits, as a rank waits on its GPU's work (0: none): "
+                             "a pace of steps that a loaded machine leaves unchanged, with little CPU spent")  # fmt: skip
     parser.add_argument("--sample-record", type=Path, metavar="DIR",
                         help="write the ids of the samples each rank trains, step by step, to DIR/<world>-rank<rank>.jsonl "
                              "(trainer/sample_record.py), for tests that check what an elastic run trained; default off")  # fmt: skip
@@ -121,7 +124,7 @@ def config_of(args: argparse.Namespace) -> TrainConfig:
         checkpoint_every=args.checkpoint_every, checkpoint_every_seconds=args.checkpoint_every_seconds,
         keep_checkpoints=args.keep_checkpoints,
         log_every=args.log_every, workers=args.workers, amp=not args.no_amp, compile=args.compile,
-        tf32=not args.no_tf32, grad_compression=args.grad_compression,
+        tf32=not args.no_tf32, grad_compression=args.grad_compression, batch_seconds=args.batch_seconds,
     )  # fmt: skip
 
 

@@ -26,3 +26,4 @@ class TrainConfig:
     compile: bool | None = None  # torch.compile the model; None: on CUDA only
     tf32: bool = True  # on CUDA
     grad_compression: str = "none"  # a key of throughput.GRAD_COMPRESSION
+    batch_seconds: float = 0.0  # each training micro-batch also waits this long (a pace; no figure changes)

@@ -54,7 +54,7 @@ DISRUPTED_RUN = [
 ]  # fmt: skip
 # A journey that waits on Kubernetes more than on training (a node lost, capacity come and gone)
 # has its world train a smaller MLP (hidden 256) at a pace: each training batch also waits 0.1 s
-# (the smoke task's --batch-seconds), as a rank waits on its GPU, so the world trains about 10 steps
+# (the trainer's --batch-seconds), as a rank waits on its GPU, so the world trains about 10 steps
 # a second alone or beside the suite's other workers, on little CPU. Unpaced, the 1M-parameter MLP
 # trained 30 steps a second alone and 1.5 to 9 in the suite, where the journeys whose run must
 # outlast their losses took three times as long as alone (a spare's 438 s, an elastic world's 757 s).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import dataclass
 
 import torch
@@ -11,7 +10,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from trainer.arguments import seconds
 from trainer.flops import dense_flops_per_sample
 from trainer.tasks.task import Task, save_state_dict
 
@@ -38,11 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--features", type=int, default=128)
     parser.add_argument("--classes", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument(
-        "--batch-seconds", type=seconds, default=0.0,
-        help="seconds each training batch also waits, as a rank waits on its GPU's work (0: none): "
-             "a pace of steps that a loaded machine leaves unchanged, with little CPU spent",
-    )
 
 
 def make_task(args: argparse.Namespace) -> Task:
@@ -58,7 +51,7 @@ def make_task(args: argparse.Namespace) -> Task:
         model=model,
         train_set=TensorDataset(x[:n_train], y[:n_train]),
         val_set=TensorDataset(x[n_train:], y[n_train:]),
-        loss=_paced(args.batch_seconds) if args.batch_seconds else _loss,
+        loss=_loss,
         unit="samples",
         save=save_state_dict,
         flops_per_unit=dense_flops_per_sample(model),
@@ -69,13 +62,3 @@ def _loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
     x, y = batch
     return F.cross_entropy(model(x), y), y.shape[0]
 
-
-def _paced(batch_seconds: float):
-    """The loss of a training batch that also waits: what figures the run ends with stays the same."""
-
-    def loss(model: nn.Module, batch) -> tuple[torch.Tensor, int]:
-        if model.training:
-            time.sleep(batch_seconds)
-        return _loss(model, batch)
-
-    return loss
