@@ -79,6 +79,15 @@ def suite_rank(item: pytest.Item) -> float:
     return SUITE_ORDER.index(suite) if suite in SUITE_ORDER else len(SUITE_ORDER)
 
 
+@pytest.fixture(scope="session")
+def installed_example(tmp_path_factory) -> Path:
+    """A directory holding examples/shapes as pip installs it in its image (trainer_testing.install_example):
+    on a process's PYTHONPATH, its task is found by its entry point's name."""
+    from trainer_testing import install_example
+
+    return install_example(tmp_path_factory.mktemp("shapes"), tmp_path_factory.mktemp("site"))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=suite_rank)  # stable: each file keeps its order
     misplaced = [

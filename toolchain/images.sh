@@ -11,7 +11,9 @@
 #                   torch's nvidia-* CUDA libraries (3 GB) slimmed to what a CPU-only node needs
 #                   to import torch (toolchain/cuda_stubs.py); it stands in for the pytorch/pytorch
 #                   base and lives only in buildah's storage, not as a tar;
-#   - trainer:      trainer/Dockerfile as it is, build context trainer/, on that base, no pull.
+#   - trainer:      trainer/Dockerfile as it is, build context trainer/, on that base, no pull;
+#   - shapes:       examples/shapes/Dockerfile as it is, FROM that trainer image: a task of one's
+#                   own installed in the trainer's image, as a user builds one.
 # Each image is named after a key, a hash of everything it is built from: its recipe below (the
 # bash text of its build function, comments aside), its sources, and the key of what it is
 # built on. A tar whose key is there is done; one whose key is not is built under a temporary
@@ -25,9 +27,9 @@
 # Logs: <cache>/images/logs/<step>.log.
 #
 #   toolchain/images.sh          build whatever is missing
-#   toolchain/images.sh --print  print `<name> <image ref> <tar path>` for pause and trainer,
+#   toolchain/images.sh --print  print `<name> <image ref> <tar path>` for pause, trainer and shapes,
 #                                the current keys' paths, built or not (builds nothing)
-#   toolchain/images.sh --keys   print `<name> <key>` for pause, base and trainer (builds nothing)
+#   toolchain/images.sh --keys   print `<name> <key>` for pause, base, trainer and shapes (builds nothing)
 #
 # DDP_INFRA_TRAINER_DIR points at another build context than the repository's trainer/ (the
 # tests use it on a copy); DDP_INFRA_IMAGES_DRIVER forces a storage driver (overlay or vfs).
@@ -36,6 +38,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 trainer_dir=$(cd "${DDP_INFRA_TRAINER_DIR:-$root/trainer}" && pwd)
+example_dir=$root/examples/shapes
 cache=${DDP_INFRA_CACHE:-$HOME/.cache/ddp-infra}/images
 logs=$cache/logs
 
@@ -210,6 +213,14 @@ build_trainer() {
   export_image "$trainer_ref" "$trainer_tar"
 }
 
+build_example() {
+  bah bud --signature-policy "$cache/policy.json" --pull=never --format docker \
+    --build-arg "TRAINER_IMAGE=$trainer_ref" -f "$example_dir/Dockerfile" -t "$example_ref.partial" "$example_dir"
+  bah tag "$example_ref.partial" "$example_ref"
+  bah rmi "$example_ref.partial"
+  export_image "$example_ref" "$example_tar"
+}
+
 # What the trainer's key covers of its build context DIR: one line per file that `buildah bud`
 # sends, and the ignore file and the Dockerfile (toolchain/build/build_context_digest.py). The digest's
 # output is in the key, not its code: a change to it that changes no line changes no image.
@@ -224,26 +235,29 @@ hash16() { sha256sum | cut -c1-16; }
 pause_key=$({ declare -f build_pause export_image; cat "$here/pause.c"; } | hash16)
 base_key=$({ declare -f build_base in_root; declare -p suite debian_packages venv pip_version base_env trainer_pins; cat "$here/cuda_stubs.py"; } | hash16)
 trainer_key=$({ declare -f build_trainer export_image; echo "base $base_key"; context_digest "$trainer_dir"; } | hash16)
+example_key=$({ declare -f build_example export_image; echo "trainer $trainer_key"; context_digest "$example_dir"; } | hash16)
 
 pause_ref=localhost/ddp-infra/pause:$pause_key
 base_ref=localhost/ddp-infra/trainer-base:$base_key
 trainer_ref=localhost/ddp-infra/trainer:$trainer_key
 pause_tar=$cache/pause-$pause_key.tar
 trainer_tar=$cache/trainer-$trainer_key.tar
+example_ref=localhost/ddp-infra/shapes:$example_key
+example_tar=$cache/shapes-$example_key.tar
 
 case $mode in
   keys)
-    printf 'pause %s\nbase %s\ntrainer %s\n' "$pause_key" "$base_key" "$trainer_key"
+    printf 'pause %s\nbase %s\ntrainer %s\nshapes %s\n' "$pause_key" "$base_key" "$trainer_key" "$example_key"
     exit 0
     ;;
   print)
-    printf 'pause %s %s\ntrainer %s %s\n' "$pause_ref" "$pause_tar" "$trainer_ref" "$trainer_tar"
+    printf 'pause %s %s\ntrainer %s %s\nshapes %s %s\n' "$pause_ref" "$pause_tar" "$trainer_ref" "$trainer_tar" "$example_ref" "$example_tar"
     exit 0
     ;;
 esac
 
-if [ -f "$pause_tar" ] && [ -f "$trainer_tar" ]; then
-  echo "[images] up to date: $pause_tar $trainer_tar"
+if [ -f "$pause_tar" ] && [ -f "$trainer_tar" ] && [ -f "$example_tar" ]; then
+  echo "[images] up to date: $pause_tar $trainer_tar $example_tar"
   exit 0
 fi
 
@@ -328,18 +342,24 @@ if [ ! -f "$trainer_tar" ]; then
   fi
   step trainer "$trainer_ref" build_trainer
 fi
+if [ ! -f "$example_tar" ]; then
+  if ! bah inspect --type image "$trainer_ref" >/dev/null 2>&1; then  # its tar is there, not its image
+    bah pull --signature-policy "$cache/policy.json" "docker-archive:$trainer_tar" >/dev/null
+  fi
+  step shapes "$example_ref" build_example
+fi
 
 # Keep only the current keys: tars of other keys, images of other keys in the storage, and the
 # wheelhouses of other torch versions.
-for tar in "$cache"/pause-*.tar "$cache"/trainer-*.tar; do
-  if [ -e "$tar" ] && [ "$tar" != "$pause_tar" ] && [ "$tar" != "$trainer_tar" ]; then
+for tar in "$cache"/pause-*.tar "$cache"/trainer-*.tar "$cache"/shapes-*.tar; do
+  if [ -e "$tar" ] && [ "$tar" != "$pause_tar" ] && [ "$tar" != "$trainer_tar" ] && [ "$tar" != "$example_tar" ]; then
     rm -f "$tar"
     echo "[images] pruned $tar"
   fi
 done
 bah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | while read -r ref; do
   case $ref in
-    "$pause_ref" | "$base_ref" | "$trainer_ref") ;;
+    "$pause_ref" | "$base_ref" | "$trainer_ref" | "$example_ref") ;;
     localhost/ddp-infra/*) bah rmi "$ref" >/dev/null && echo "[images] pruned $ref" ;;
   esac
 done
@@ -351,4 +371,4 @@ for dir in "$cache"/wheels/*; do
   fi
 done
 rm -rf "$cache/tmp"
-echo "[images] ready: $(du -h "$pause_tar" | cut -f1) $pause_tar, $(du -h "$trainer_tar" | cut -f1) $trainer_tar"
+echo "[images] ready: $(du -h "$pause_tar" | cut -f1) $pause_tar, $(du -h "$trainer_tar" | cut -f1) $trainer_tar, $(du -h "$example_tar" | cut -f1) $example_tar"

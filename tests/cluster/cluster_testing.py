@@ -70,13 +70,13 @@ LONG_RUN = ["-m", "trainer.train", "smoke", "--epochs", "500", "--batch", "256",
             "--features", "128", "--classes", "4", "--lr", "3e-3", "--seed", "42", "--checkpoint-every", "0"]  # fmt: skip
 
 
-def pod_reference_result(args: list[str], out: Path) -> dict[str, str]:
+def pod_reference_result(args: list[str], out: Path, **env: str) -> dict[str, str]:
     """What an uninterrupted world of 2 ends with, computed on this machine as a pod's worker computes:
     on the threads the dev stack gives each training process (OMP_NUM_THREADS, from the pod's CPU;
     the journeys' pods ask for at most a CPU, as the dev stack's do). Their number changes float
     sums on some CPUs: seen params_sum -6.3180 on 1 thread, -6.3172 on 2."""
     world = World.from_config(stack_config.parse(DEV), PROJECT, "dev")
-    return uninterrupted_result(args, out, threads=world.threads_per_process)
+    return uninterrupted_result(args, out, threads=world.threads_per_process, **env)
 
 
 def pause_pod_resources(cpu: str) -> dict[str, str]:

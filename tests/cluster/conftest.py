@@ -12,8 +12,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
 import pytest
+import yaml
 
-from cluster_testing import DEV, ENGINE_COMMANDS, NAMESPACE, TEST_DOMAIN, EngineStack, delete_namespace, pause_stack as paused, pod_reference_result
+from cluster_testing import DEV, ENGINE_COMMANDS, REPO, NAMESPACE, TEST_DOMAIN, EngineStack, delete_namespace, pause_stack as paused, pod_reference_result
 from pulumi_project import installed_plugins, provider_versions, toolchain_path
 from toolchain.apiserver import find_tool, tool_dir
 from toolchain.cluster import ADDONS, LocalCluster, image_archives
@@ -53,7 +54,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.fixture(scope="session")
 def cluster():
     # Not cluster.local: the stack must not depend on the cluster's domain.
-    with _running(LocalCluster("test", domain=TEST_DOMAIN)) as local:
+    with _running(LocalCluster("test", domain=TEST_DOMAIN, with_images=("trainer", "shapes"))) as local:
         yield local
 
 
@@ -70,6 +71,16 @@ def _dev_image(cluster: LocalCluster) -> str:
 @pytest.fixture(scope="session")
 def dev_image(cluster):
     return _dev_image(cluster)
+
+
+@pytest.fixture(scope="session")
+def shapes_image(cluster):
+    """The example project's image (examples/shapes, built FROM the trainer's) under the name its stack gives it."""
+    if "shapes" not in cluster.images:
+        pytest.fail(f"the example's image is not built ({image_archives()['shapes'][1]} missing): run toolchain/images.sh")
+    name = yaml.safe_load((REPO / "examples" / "shapes" / "Pulumi.shapes.yaml").read_text())["config"]["ddp-infra:image"]["name"]
+    cluster.tag_image(cluster.images["shapes"], f"docker.io/library/{name}")
+    return name
 
 
 CONTROLLERS = ("jobset", "kueue", "volcano")
@@ -201,12 +212,14 @@ def reference_result(tmp_path_factory):
     journeys, whose pods mostly wait; returns its future. Each run is computed once a session:
     `--pg-timeout` only bounds waits and `--batch-seconds` only paces, so runs that differ in them
     share one, computed without a wait."""
-    futures: dict[tuple[str, ...], Future] = {}
+    futures: dict[tuple, Future] = {}
 
-    def start(args: list[str]) -> Future:
-        key = tuple(_without_option(_without_option(args, "--pg-timeout"), "--batch-seconds"))
+    def start(args: list[str], **env: str) -> Future:
+        """`env`: what the run's processes also get (a PYTHONPATH where a task of one's own is installed)."""
+        args = _without_option(_without_option(args, "--pg-timeout"), "--batch-seconds")
+        key = (tuple(args), tuple(sorted(env.items())))
         if key not in futures:
-            futures[key] = background.submit(pod_reference_result, list(key), tmp_path_factory.mktemp("reference"))
+            futures[key] = background.submit(pod_reference_result, args, tmp_path_factory.mktemp("reference"), **env)
         return futures[key]
 
     with ThreadPoolExecutor(max_workers=1) as background:

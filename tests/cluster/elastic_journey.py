@@ -11,6 +11,7 @@ while it runs on).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from cluster_testing import (
@@ -31,7 +32,17 @@ def _option(name: str) -> int:
     return int(DISRUPTED_RUN[DISRUPTED_RUN.index(name) + 1])
 
 
-SAMPLES, BATCH, SEED = _option("--samples"), _option("--batch"), _option("--seed")  # the smoke task trains on all SAMPLES
+@dataclass(frozen=True)
+class RecordedRun:
+    """What a run's sample record (`--sample-record /out/<directory>`) is checked against."""
+
+    directory: str  # under /out
+    samples: int  # in the training set
+    seed: int
+    batch: int  # per process
+
+
+ELASTIC_RECORD = RecordedRun(SAMPLES_DIR, _option("--samples"), _option("--seed"), _option("--batch"))  # smoke trains on all its samples
 RUN_ARGS = [*paced(DISRUPTED_RUN, EPOCHS), "--sample-record", f"{contract.OUT_MOUNT}/{SAMPLES_DIR}"]
 ELASTIC = {
     "nodes": "2:3", "resources__requests__cpu": f"{POD_CPU_MILLIS}m", "run__args": RUN_ARGS,
@@ -51,7 +62,8 @@ def resized(cluster, since: datetime, size: int, before: int, timeout: float = 3
                             timeout, f"a world of {size} (was {before})", interval=1)  # fmt: skip
     except AssertionError as error:
         raise AssertionError(f"{error}\n{cluster_state(cluster)}") from None
-    assert f"global batch {size * BATCH} (was {before * BATCH})" in line, line
+    batch = ELASTIC_RECORD.batch
+    assert f"global batch {size * batch} (was {before * batch})" in line, line
     return line, round((at - since).total_seconds(), 1)
 
 
@@ -111,20 +123,20 @@ def _grow_shrink_grow(cluster, dev_stack) -> None:
     every_sample_of_each_epoch_trained_once(cluster, EPOCHS)
 
 
-def every_sample_of_each_epoch_trained_once(cluster, epochs: int, still_training: bool = False) -> None:
+def every_sample_of_each_epoch_trained_once(cluster, epochs: int, still_training: bool = False, run: RecordedRun = ELASTIC_RECORD) -> None:
     """What the ranks of the ended run fed their model (its sample record), epoch by epoch: each
     sample once, every one but less than the last world's step of it. Of a run `still_training`,
     its first `epochs`, those its world has gone past."""
-    record = trained_samples(claim_path(cluster, NAMESPACE, "outputs-pvc") / SAMPLES_DIR)
+    record = trained_samples(claim_path(cluster, NAMESPACE, "outputs-pvc") / run.directory)
     if still_training:
         record = {epoch: ids for epoch, ids in record.items() if epoch < epochs}
     assert sorted(record) == list(range(epochs)), sorted(record)
     for epoch, ids in record.items():
         assert len(ids) == len(set(ids)), f"epoch {epoch}: {len(ids) - len(set(ids))} samples trained twice"
-        order = EpochSampler(SAMPLES, 1, 0, SEED, 1)
+        order = EpochSampler(run.samples, 1, 0, run.seed, 1)
         order.set_epoch(epoch)
         expected = order.order().tolist()
         # Every sample of the epoch once: the epoch's order up to the last whole step of the world
         # that ended it (the rest, less than one step of it, is dropped as with drop_last).
         assert sorted(ids) == sorted(expected[: len(ids)]), f"epoch {epoch}: not the epoch's first {len(ids)} samples"
-        assert len(expected) - len(ids) < 3 * BATCH, f"epoch {epoch}: {len(expected) - len(ids)} samples never trained"
+        assert len(expected) - len(ids) < 3 * run.batch, f"epoch {epoch}: {len(expected) - len(ids)} samples never trained"

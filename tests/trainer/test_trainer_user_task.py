@@ -7,16 +7,13 @@ with the uninterrupted run's exact result."""
 from __future__ import annotations
 
 import os
-import shlex
-import shutil
 import signal
-import subprocess
 
 import pytest
 import torch
 import yaml
 from infra_harness import evaluate
-from trainer_testing import PYTHON, REPO, clean_env, free_port, resumed_lines, run_to_end, uninterrupted_result, worker_pids
+from trainer_testing import EXAMPLE, PYTHON, REPO, clean_env, free_port, resumed_lines, run_to_end, uninterrupted_result, worker_pids
 from pods_testing import assert_both_ranks_end_with, two_pods_past_step_16
 
 from trainer import distributed
@@ -26,26 +23,12 @@ from trainer.tasks.options import TaskOptionError, TaskOptions
 from trainer.tasks.registry import TaskNotFound, factory_of, installed_tasks, make_user_task
 from trainer.train import TASKS, parse_args
 
-EXAMPLE = REPO / "examples" / "shapes"
 # 4096 images of 32 x 32, two pods of batch 32: 64 optimizer steps an epoch, a checkpoint every 8
 SHAPES_ARGS = [
     "-m", "trainer.train", "shapes", "--epochs", "3", "--batch", "32", "--lr", "1e-2", "--seed", "7",
     "--checkpoint-every", "8", "--log-every", "8", "--pg-timeout", "60",
     "--task-option", "size=32", "--task-option", "samples=4096", "--task-option", "channels=16",
 ]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def installed_example(tmp_path_factory):
-    """examples/shapes installed by pip into a directory of its own, as its Dockerfile installs it in the
-    image (from a copy: pip builds in the source tree)."""
-    source, site = tmp_path_factory.mktemp("shapes"), tmp_path_factory.mktemp("site")
-    shutil.copytree(EXAMPLE, source, dirs_exist_ok=True)
-    [install] = [line[len("RUN ") :] for line in (EXAMPLE / "Dockerfile").read_text().splitlines() if line.startswith("RUN pip install")]
-    command = [source if word == "/opt/shapes" else word for word in shlex.split(install)]
-    assert command[:2] == ["pip", "install"] and source in command, install
-    subprocess.run([PYTHON, "-m", *command, "--quiet", "--no-index", "--target", str(site)], check=True, timeout=180)
-    return site
 
 
 @pytest.fixture(scope="module")

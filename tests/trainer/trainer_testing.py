@@ -6,6 +6,8 @@ import fnmatch
 import json
 import os
 import random
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -270,3 +272,17 @@ def build_context_files() -> dict[str, Path]:
         if path.is_file() and not ignored:
             files[relative] = path
     return files
+
+
+EXAMPLE = REPO / "examples" / "shapes"
+
+
+def install_example(source: Path, site: Path) -> Path:
+    """examples/shapes installed by pip into `site`, as its Dockerfile installs it in its image: its
+    own pip command, run on a copy at `source` (pip builds in the source tree)."""
+    shutil.copytree(EXAMPLE, source, dirs_exist_ok=True)
+    [install] = [line[len("RUN ") :] for line in (EXAMPLE / "Dockerfile").read_text().splitlines() if line.startswith("RUN pip install")]
+    command = [str(source) if word == "/opt/shapes" else word for word in shlex.split(install)]
+    assert command[:2] == ["pip", "install"] and str(source) in command, install
+    subprocess.run([PYTHON, "-m", *command, "--quiet", "--no-index", "--target", str(site)], check=True, timeout=180)
+    return site

@@ -33,6 +33,9 @@ SHAPE = "shape.json"  # in the run: how many nodes it has, for a later process t
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "coredns", "kube-router")
 
 
+PRODUCT_IMAGES = ("pause", "trainer")
+
+
 def image_archives() -> dict[str, tuple[str, Path]]:
     """{name: (image ref, docker-archive tar)} of the images toolchain/images.sh builds."""
     out = subprocess.run([str(HERE / "images.sh"), "--print"], capture_output=True, text=True, check=True)
@@ -73,7 +76,8 @@ class LocalCluster:
         self.run_dir = self.home / "run"
         self.bin_dir = bin_dir or tool_dir()
         self.startup_timeout = startup_timeout
-        # True: every image images.sh builds; or the names of those to import (pause is always one).
+        # True: the product's images (pause, trainer); or the names of those to import among all that
+        # images.sh builds (pause is always one; shapes is the example project's, for its journey).
         self.with_images = with_images
         self.node_name = f"{name}-node"
         self.cgroup_root = f"/ddp-infra-{name}"
@@ -203,7 +207,7 @@ class LocalCluster:
             return {}
         built = image_archives()
         if self.with_images is True:
-            return built
+            return {name: built[name] for name in PRODUCT_IMAGES}
         return {name: built[name] for name in {"pause", *self.with_images}}
 
     def stop(self) -> None:
