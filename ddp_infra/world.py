@@ -215,6 +215,15 @@ class World:
             return f"{kubectl} logs -f -l {selector} -c {CONTAINER_NAME}"
         return f"{kubectl} logs -f {self.workload_name}-0 -c {CONTAINER_NAME}"
 
+    def results_command(self, context: Optional[str] = None) -> str:
+        """Copies the run's results from the outputs claim to ./results/<run> (observe/results.py; add
+        --checkpoints for its checkpoints too), run from the project's directory."""
+        image = self.config.image
+        secrets = "".join(f" --pull-secret {name}" for name in image.pull_secrets)
+        where = f" --context {context}" if context else ""
+        return (f"{RESULTS_COPY} -n {self.namespace} --run {self.run_name} --claim {self.config.storage.outputs.claim_name} "
+                f"--image {image.name}{secrets} -l {self.label_selector}{where}")  # fmt: skip
+
     def status_command(self, context: Optional[str] = None) -> str:
         """The status view (observe/status.py) of this world, run from the project's directory."""
         where = f" --context {context}" if context else ""
@@ -223,6 +232,7 @@ class World:
 
 
 STATUS_VIEW = ".venv/bin/python -m observe.status"
+RESULTS_COPY = ".venv/bin/python -m observe.results"
 
 
 def _kubectl(namespace: str, context: Optional[str]) -> str:

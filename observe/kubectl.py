@@ -25,8 +25,8 @@ class Kubectl:
                  *(["--context", self.context] if self.context else []), "-n", self.namespace]  # fmt: skip
         return ["kubectl", *where, *args]
 
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=TIMEOUT_S)
+    def run(self, *args: str, check: bool = True, input: Optional[str] = None) -> subprocess.CompletedProcess:
+        done = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=TIMEOUT_S, input=input)
         if check and done.returncode != 0:
             raise KubectlError(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
         return done

@@ -107,5 +107,6 @@ class DdpTrainingStack(Component):
             "kubectlRunStatus": world.kubectl_run_status(context),
             "podSelector": world.label_selector,
             "statusCommand": world.status_command(context),
+            "resultsCommand": world.results_command(context),
         }
         self.register_outputs(self.outputs)

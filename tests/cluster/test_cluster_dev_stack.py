@@ -7,23 +7,26 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
+import subprocess
 import time
 
 import pytest
 
 from cluster_testing import (
-    LONG_RUN, MASTER, NAMESPACE, NODES, SERVICE, WORKLOAD, LogStream, all_logs, exec_python, get, is_store_pod, job_condition,
+    LONG_RUN, MASTER, NAMESPACE, NODES, REPO, RUN, SERVICE, WORKLOAD, LogStream, all_logs, exec_python, get, is_store_pod, job_condition,
     node_cpu, pod_name, pods, run_dir, running, wait_for, wait_for_world, world_pods,
 )  # fmt: skip
 from trainer_testing import done_lines, epoch_records
 from policy_checks import document, pause_pod, the_network_policies_admit_only_the_world
 
 from trainer import contract
+from trainer.load import load_model
 
 pytestmark = pytest.mark.timeout(1200)
 
 
-def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack):
+def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack, tmp_path):
     dev_stack.up()
     assert wait_for(lambda: job_condition(cluster), 600, "the Job to end", interval=3) == "Complete"
     names = {index: pod["metadata"]["name"] for index, pod in world_pods(cluster).items()}
@@ -95,6 +98,25 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack)
     assert "[CKPT] resumed from" in resumed and "[EPOCH] 3/3" in resumed, resumed[-3000:]
     metrics = epoch_records(outputs)
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
+
+    # The stack's resultsCommand copies the run's results to this machine with kubectl alone; with
+    # --checkpoints, its checkpoints too. The pod it reads the claim with is removed.
+    command = [*shlex.split(dev_stack.outputs["resultsCommand"]), "--kubeconfig", cluster.kubeconfig]
+    copied = subprocess.run([*command, "--to", str(tmp_path / "results")], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert copied.returncode == 0, copied.stderr
+    results = tmp_path / "results" / RUN
+    assert sorted(p.name for p in results.iterdir()) == ["best", "loss.png", "metrics.jsonl", "train-steps.jsonl"]
+    for name in ("best/model.pt", "best/model.json", "loss.png", "metrics.jsonl", "train-steps.jsonl"):
+        assert (results / name).read_bytes() == (outputs / name).read_bytes(), name
+    assert load_model(results / "best").cfg == load_model(outputs / "best").cfg
+    assert f"{results / 'best' / 'model.pt'}  " in copied.stdout
+    with_checkpoints = subprocess.run([*command, "--to", str(tmp_path / "all"), "--checkpoints"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert with_checkpoints.returncode == 0, with_checkpoints.stderr
+    assert sorted(p.name for p in (tmp_path / "all" / RUN / "checkpoints").iterdir()) == sorted(p.name for p in (outputs / "checkpoints").iterdir())
+    missing = subprocess.run([*command, "--run", "no-such-run"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 1 and f"no run no-such-run in the outputs claim; runs there: {RUN}" in missing.stderr, missing.stderr
+    assert not [name for name, pod in pods(cluster, NAMESPACE).items()
+                if name.startswith("results-") and not pod["metadata"].get("deletionTimestamp")]  # fmt: skip
 
 
 def _world_story(cluster, names: dict[int, str]) -> str:
