@@ -13,6 +13,9 @@ PROJECT = "ddp-infra"  # the Pulumi project, and the namespace of its config key
 
 # --- the trainer pod ----------------------------------------------------------------------------
 CONTAINER_NAME = "trainer"
+# The init container that fills the datasets claim from storage.datasets.source (trainer/fetch.py).
+FETCH_CONTAINER_NAME = "fetch-data"
+PROGRAM_CONTAINERS = (CONTAINER_NAME, FETCH_CONTAINER_NAME)
 RENDEZVOUS_PORT_NAME = "rdzv"
 LIVENESS_PORT_NAME = "liveness"
 # The claims' volumes by role, and where each is mounted in the trainer container.

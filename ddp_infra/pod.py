@@ -27,7 +27,7 @@ from trainer import contract
 from . import gang
 from .config import StackConfig, parse_quantity
 from .names import (
-    CLAIM_MOUNTS, CONTAINER_NAME, GPU_RESOURCE, HF_TOKEN_SECRET_KEY, LIVENESS_PORT_NAME, PROGRAM_ENV, RENDEZVOUS_PORT_NAME,
+    CLAIM_MOUNTS, CONTAINER_NAME, FETCH_CONTAINER_NAME, GPU_RESOURCE, HF_TOKEN_SECRET_KEY, LIVENESS_PORT_NAME, PROGRAM_ENV, RENDEZVOUS_PORT_NAME,
     SECONDARY_NETWORKS_ANNOTATION, SHM_VOLUME, TMP_VOLUME,
 )  # fmt: skip
 from .strategic_merge import strategic_merge
@@ -282,6 +282,30 @@ def shared_pod_spec(world: World, containers: list[dict[str, Any]], termination_
     }
 
 
+def fetch_data_container(config: StackConfig, trainer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The init container that fills the datasets claim from storage.datasets.source before the
+    trainer starts (trainer/fetch.py): none without a source. It asks for the trainer's CPU and
+    memory, not its GPUs or other devices, and gives its reason, failing, as its last log line."""
+    source = config.storage.datasets.source
+    if source is None:
+        return []
+    amounts = {"requests": {}, "limits": {}}
+    for kind in amounts:
+        amounts[kind] = {name: value for name, value in trainer["resources"][kind].items() if name in ("cpu", "memory")}
+    mounts = [mount for mount in trainer["volumeMounts"] if mount["mountPath"] in (contract.DATA_MOUNT, contract.TMP_MOUNT)]
+    return [{
+        "name": FETCH_CONTAINER_NAME,
+        **training_image(config),
+        "command": ["python", "-m", "trainer.fetch"],
+        "args": ["--url", source.url, "--sha256", source.sha256, "--into", f"{contract.DATA_MOUNT}/{source.directory}"],
+        "env": [{"name": name, "value": value} for name, value in PROGRAM_ENV.items()],
+        "resources": amounts,
+        "volumeMounts": mounts,
+        "securityContext": copy.deepcopy(trainer["securityContext"]),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }]  # fmt: skip
+
+
 def _extra_containers(config: StackConfig, trainer: dict[str, Any]) -> list[dict[str, Any]]:
     """`pod.initContainers`, then `pod.sidecars` (restartPolicy Always), each with the trainer's
     no-escalation, drop-ALL defaults where it sets neither."""
@@ -346,7 +370,7 @@ def pod_template(world: World) -> dict[str, Any]:
     spec.update(gang_spec)
     if config.pod.runtime_class_name:
         spec["runtimeClassName"] = config.pod.runtime_class_name
-    extra_containers = _extra_containers(config, trainer)
+    extra_containers = fetch_data_container(config, trainer) + _extra_containers(config, trainer)
     if extra_containers:
         spec["initContainers"] = extra_containers
     metadata: dict[str, Any] = {"labels": world.labels(CONTAINER_NAME)}

@@ -118,8 +118,22 @@ def _waiting(status: dict[str, Any]) -> Optional[str]:
         waiting = container.get("state", {}).get("waiting")
         if waiting:
             message = waiting.get("message", "")
-            return f"{container['name']} {waiting.get('reason', 'waiting')}" + (f": {message}" if message else "")
+            said = f"{container['name']} {waiting.get('reason', 'waiting')}" + (f": {message}" if message else "")
+            failed = _last_line(container.get("lastState", {}).get("terminated"))
+            return said + (f"; it failed: {failed}" if failed else "")
+    for container in status.get("initContainerStatuses") or []:
+        # a Job's pod does not restart a failed init container: the pod fails, with its reason
+        terminated = container.get("state", {}).get("terminated") or {}
+        if terminated.get("exitCode"):
+            failed = _last_line(terminated)
+            return f"{container['name']} failed (exit {terminated['exitCode']})" + (f": {failed}" if failed else "")
     return None
+
+
+def _last_line(terminated: Optional[dict[str, Any]]) -> str:
+    """The last line of a container's termination message (its log's, with FallbackToLogsOnError)."""
+    lines = [line for line in ((terminated or {}).get("message") or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
 
 
 def _exit(terminated: Optional[dict[str, Any]]) -> Optional[str]:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Iterator, Optional
 
 from pydantic import AfterValidator, Field, model_validator
 
-from ..names import CONTAINER_NAME, PROGRAM_MOUNT_PATHS, PROGRAM_VOLUMES, RESERVED_LABEL_PREFIX
+from ..names import CONTAINER_NAME, PROGRAM_CONTAINERS, PROGRAM_MOUNT_PATHS, PROGRAM_VOLUMES, RESERVED_LABEL_PREFIX
 from .scalars import IMAGE_REFERENCE, DnsLabel, DnsSubdomain, Model, field_problem, is_image_reference, pattern
 
 # Fields of a Kubernetes Container an extra container may set (restartPolicy is the program's: it
@@ -234,10 +234,11 @@ class PodConfig(Model):
         containers += [("sidecars", i, c) for i, c in enumerate(self.sidecars)]
         if not containers:
             return self
-        seen = {CONTAINER_NAME}
+        seen = set(PROGRAM_CONTAINERS)
         for key, index, container in containers:
             if container["name"] in seen:
-                raise field_problem((key, index, "name"), f"a name no other container has ({CONTAINER_NAME} is the trainer's)", container["name"])
+                raise field_problem((key, index, "name"), f"a name no other container has ({', '.join(PROGRAM_CONTAINERS)} are the program's)",
+                                    container["name"])  # fmt: skip
             seen.add(container["name"])
             for mount_index, mount in enumerate(container.get("volumeMounts") or []):
                 if not isinstance(mount, dict) or mount.get("name") not in known:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+import re
+from typing import Annotated, Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from .scalars import DnsSubdomain, Model, StorageSize, field_problem
+from trainer import fetch
+
+from .scalars import DnsSubdomain, Model, StorageSize, field_problem, pattern
 
 
 AccessMode = Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"]
@@ -40,9 +43,44 @@ class VolumeConfig(Model):
         return self
 
 
+_DIRECTORY = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+
+
+class DataSource(Model):
+    """What fills the datasets claim before the world trains (trainer/fetch.py, in each pod's
+    fetch-data init container): fetched once, verified, unpacked; not fetched again while present."""
+
+    url: Annotated[str, AfterValidator(pattern(r"https?://[^\s/?#]+[^\s]*", "an http:// or https:// URL without spaces"))] = Field(
+        description=f"An archive ({', '.join(fetch.ARCHIVE_SUFFIXES)}), unpacked into /data/<into>, or a file, copied there."
+    )
+    sha256: Annotated[str, AfterValidator(pattern(r"[0-9a-f]{64}", "64 lowercase hexadecimal digits"))] = Field(
+        description="The SHA-256 of what url serves: a download that differs fails the world, and nothing on the claim changes."
+    )
+    into: Optional[Annotated[str, AfterValidator(pattern(_DIRECTORY, "a directory name: 1-128 of A-Z a-z 0-9 . _ -, starting alphanumeric"))]] = Field(
+        None, description="The directory under /data it lands in (unset: the URL's file name without its archive suffix)."
+    )
+
+    @property
+    def directory(self) -> str:
+        if self.into:
+            return self.into
+        name = fetch.file_name(self.url)
+        stem = next((name[: -len(suffix)] for suffix in fetch.ARCHIVE_SUFFIXES if name.endswith(suffix)), name)
+        return stem if re.fullmatch(_DIRECTORY, stem) else "dataset"
+
+
 class DatasetsVolume(VolumeConfig):
     claim_name: DnsSubdomain = Field("datasets-pvc", description="Claim mounted at /data.")
     size: Optional[StorageSize] = Field("100Gi", description="Requested storage (required when create is true).")
+    source: Optional[DataSource] = Field(
+        None, description="A dataset fetched onto the claim before the world trains: url, sha256, into (see docs/architecture.md)."
+    )
+
+    @model_validator(mode="after")
+    def _a_source_needs_a_writable_claim(self) -> "DatasetsVolume":
+        if self.source is not None and self.access_mode == "ReadOnlyMany":
+            raise field_problem(("accessMode",), "ReadWriteOnce, ReadWriteMany or ReadWriteOncePod with a source (the pods fill the claim)", self.access_mode)
+        return self
 
 
 class OutputsVolume(VolumeConfig):

@@ -1,0 +1,44 @@
+"""`storage.datasets.source`: an init container of the program's, `fetch-data`, that fills the
+datasets claim before the trainer starts (trainer/fetch.py): the trainer's image, user, CPU and
+memory, none of its GPUs or devices, the claim mounted writable; before the user's own init
+containers; and nothing of it without a source."""
+
+from __future__ import annotations
+
+import pulumi
+import pytest
+
+import infra_harness as harness
+from ddp_infra.pod_security import RESTRICTED, pod_security_level
+from trainer import contract
+
+SHA256 = "5" * 64
+SOURCE = {"url": "https://datasets.example.com/v3/corpus.tar.gz?X-Amz-Signature=abc", "sha256": SHA256}
+
+
+@pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
+@pulumi.runtime.test
+def test_a_source_fills_the_claim_in_an_init_container_before_the_trainer(kind):
+    evaluation = harness.evaluated_with("prod", storage__datasets__source=SOURCE, workload__kind=kind,
+                                        pod__initContainers=[{"name": "warm-cache", "image": "busybox:1.37"}])  # fmt: skip
+    spec, trainer = evaluation.pod_spec, evaluation.container
+    fetch, users = spec["initContainers"]
+    assert users["name"] == "warm-cache"
+    assert fetch["name"] == "fetch-data" and fetch["image"] == trainer["image"] and fetch["imagePullPolicy"] == trainer["imagePullPolicy"]
+    assert fetch["command"] == ["python", "-m", "trainer.fetch"]
+    assert fetch["args"] == ["--url", SOURCE["url"], "--sha256", SHA256, "--into", "/data/corpus"]
+    # prod's pods ask for GPUs and RDMA devices: the fetch asks for the trainer's CPU and memory only
+    assert "nvidia.com/gpu" in trainer["resources"]["limits"]
+    for amounts in ("requests", "limits"):
+        assert fetch["resources"][amounts] == {k: v for k, v in trainer["resources"][amounts].items() if k in ("cpu", "memory")}
+    assert fetch["volumeMounts"] == [{"name": "datasets", "mountPath": "/data", "readOnly": False}, {"name": "tmp", "mountPath": "/tmp"}]
+    assert fetch["securityContext"] == trainer["securityContext"] and fetch["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert pod_security_level(spec) == RESTRICTED
+    harness.validate_manifest(evaluation.workload.manifest)
+
+
+@pulumi.runtime.test
+def test_into_names_the_directory_and_no_source_adds_nothing():
+    evaluation = harness.evaluated_with("dev", storage__datasets__source={**SOURCE, "into": "corpus-v3"})
+    assert evaluation.pod_spec["initContainers"][0]["args"][-1] == "/data/corpus-v3"
+    assert "initContainers" not in harness.evaluated_with("dev").pod_spec

@@ -1,0 +1,167 @@
+"""The datasets claim filled from `storage.datasets.source` (trainer/fetch.py), against a real HTTP
+server on loopback: fetched once, verified before anything changes, unpacked safely, never losing
+what the claim held, one pod at a time."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import tarfile
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+from trainer_testing import PYTHON, clean_env, free_port, run_to_end
+
+from trainer.fetch import FetchFailed, fetch
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class Served:
+    """A directory served over HTTP on loopback, counting the GETs of each path."""
+
+    def __init__(self, root: Path):
+        self.root, self.gets = root, {}
+        served = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, directory=str(root), **kwargs)
+
+            def do_GET(self):
+                served.gets[self.path] = served.gets.get(self.path, 0) + 1
+                super().do_GET()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}/{name}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def served(tmp_path):
+    root = tmp_path / "served"
+    root.mkdir()
+    server = Served(root)
+    yield server
+    server.close()
+
+
+def archive(path: Path, files: dict[str, bytes]) -> str:
+    """A .tar.gz of `files`; returns its SHA-256."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_an_archive_is_fetched_verified_and_unpacked_once(served, tmp_path):
+    sha = archive(served.root / "corpus.tar.gz", {"train.jsonl": b'{"text": "a"}\n', "val/val.jsonl": b'{"text": "b"}\n'})
+    data = tmp_path / "data"
+    data.mkdir()
+    said = fetch(served.url("corpus.tar.gz"), sha, data / "corpus")
+    assert said.startswith(f"[DATA] {data / 'corpus'}: fetched {served.url('corpus.tar.gz')} (") and f"sha256 {sha[:12]}" in said
+    assert (data / "corpus" / "train.jsonl").read_bytes() == b'{"text": "a"}\n'
+    assert (data / "corpus" / "val" / "val.jsonl").read_bytes() == b'{"text": "b"}\n'
+    assert json.loads((data / ".fetched" / "corpus.json").read_text())["sha256"] == sha
+    again = fetch(served.url("corpus.tar.gz"), sha, data / "corpus")
+    assert again == f"[DATA] {data / 'corpus'}: present ({served.url('corpus.tar.gz')}, sha256 {sha[:12]}), not fetched again"
+    assert served.gets == {"/corpus.tar.gz": 1}
+    assert sorted(p.name for p in (data / ".fetched").iterdir()) == ["corpus.json", "corpus.lock"], "no download or partial left"
+
+
+def test_a_download_that_differs_from_its_sha256_changes_nothing_on_the_claim(served, tmp_path):
+    sha = archive(served.root / "v1.tar.gz", {"train.jsonl": b"v1\n"})
+    data = tmp_path / "data"
+    data.mkdir()
+    fetch(served.url("v1.tar.gz"), sha, data / "corpus")
+    archive(served.root / "v2.tar.gz", {"train.jsonl": b"v2\n"})
+    with pytest.raises(FetchFailed) as failed:
+        fetch(served.url("v2.tar.gz"), "0" * 64, data / "corpus")
+    got = hashlib.sha256((served.root / "v2.tar.gz").read_bytes()).hexdigest()
+    assert str(failed.value).startswith(f"storage.datasets.source {served.url('v2.tar.gz')}: its sha256 is {got}, not {'0' * 64}")
+    assert str(failed.value).endswith("nothing on the claim was changed")
+    assert (data / "corpus" / "train.jsonl").read_bytes() == b"v1\n"
+    assert sorted(p.name for p in (data / ".fetched").iterdir()) == ["corpus.json", "corpus.lock"]
+
+
+def test_a_new_source_replaces_the_old_data_which_is_kept_aside_as_is_data_the_user_put_there(served, tmp_path):
+    data = tmp_path / "data"
+    (data / "corpus").mkdir(parents=True)
+    (data / "corpus" / "mine.txt").write_text("the user's own")
+    sha = archive(served.root / "corpus.tar.gz", {"train.jsonl": b"v1\n"})
+    fetch(served.url("corpus.tar.gz"), sha, data / "corpus")
+    (aside,) = (data / ".fetched").glob("corpus.replaced-*")
+    assert (aside / "mine.txt").read_text() == "the user's own"
+    new_sha = archive(served.root / "corpus.tar.gz", {"train.jsonl": b"v2\n"})
+    fetch(served.url("corpus.tar.gz"), new_sha, data / "corpus")
+    assert (data / "corpus" / "train.jsonl").read_bytes() == b"v2\n"
+    kept = sorted((data / ".fetched").glob("corpus.replaced-*"))
+    assert {(p / "train.jsonl").read_bytes() for p in kept if (p / "train.jsonl").exists()} == {b"v1\n"}, kept
+
+
+def test_a_plain_file_and_a_zip_land_in_their_directory(served, tmp_path):
+    (served.root / "labels.csv").write_bytes(b"id,label\n1,cat\n")
+    with zipfile.ZipFile(served.root / "images.zip", "w") as zipped:
+        zipped.writestr("a/1.txt", "one")
+    data = tmp_path / "data"
+    data.mkdir()
+    fetch(served.url("labels.csv"), hashlib.sha256(b"id,label\n1,cat\n").hexdigest(), data / "labels")
+    assert (data / "labels" / "labels.csv").read_bytes() == b"id,label\n1,cat\n"
+    fetch(served.url("images.zip"), hashlib.sha256((served.root / "images.zip").read_bytes()).hexdigest(), data / "images")
+    assert (data / "images" / "a" / "1.txt").read_text() == "one"
+
+
+def test_an_unreachable_source_and_a_missing_file_fail_with_the_reason(served, tmp_path):
+    port = free_port()  # nothing listens there
+    with pytest.raises(FetchFailed, match=r"cannot fetch it \(.*Connection refused.*; 3 of 3 tries\)"):
+        fetch(f"http://127.0.0.1:{port}/corpus.tar.gz", "0" * 64, tmp_path / "corpus", wait_s=0)
+    with pytest.raises(FetchFailed, match=r"cannot fetch it \(HTTP 404 File not found; 1 of 3 tries\)"):  # a 404 is not tried again
+        fetch(served.url("missing.tar.gz"), "0" * 64, tmp_path / "corpus", wait_s=0)
+    assert not (tmp_path / "corpus").exists()
+
+
+def test_an_archive_reaching_outside_its_directory_fails_the_container_and_places_nothing(served, tmp_path):
+    sha = archive(served.root / "evil.tar.gz", {"../escaped.txt": b"x"})
+    data = tmp_path / "data"
+    data.mkdir()
+    command = [PYTHON, "-m", "trainer.fetch", "--url", served.url("evil.tar.gz"), "--sha256", sha, "--into", str(data / "evil")]
+    code, text = run_to_end(command, clean_env(), tmp_path / "evil.log", timeout=60)
+    assert code == 1 and text.splitlines()[-1].startswith("[DATA] "), text
+    assert "is outside the destination" in text
+    assert not (data / "evil").exists() and not (tmp_path / "escaped.txt").exists() and not (data / "escaped.txt").exists()
+    assert sorted(p.name for p in (data / ".fetched").iterdir()) == ["evil.lock"]
+
+
+def test_pods_that_start_together_fetch_once(served, tmp_path):
+    sha = archive(served.root / "corpus.tar.gz", {"train.jsonl": b"x" * (1 << 20)})
+    data = tmp_path / "data"
+    data.mkdir()
+    command = [PYTHON, "-m", "trainer.fetch", "--url", served.url("corpus.tar.gz"), "--sha256", sha, "--into", str(data / "corpus")]
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(run_to_end(command, clean_env(), tmp_path / f"pod-{i}.log", timeout=60)))
+               for i in range(3)]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [code for code, _ in results] == [0, 0, 0], results
+    said = sorted(text.strip().split(": ", 1)[1].split(" (")[0] for _, text in results)
+    assert said == [f"fetched {served.url('corpus.tar.gz')}", "present", "present"], said
+    assert served.gets == {"/corpus.tar.gz": 1}

@@ -1,0 +1,150 @@
+"""Fills the datasets claim from the stack's `storage.datasets.source`, before the world trains:
+`python -m trainer.fetch --url URL --sha256 HEX --into /data/NAME`, each pod's `fetch-data` init
+container.
+
+Fetched once: `/data/.fetched/NAME.json` records what NAME holds (its URL and SHA-256); a pod that
+finds it there, for the same SHA-256, fetches nothing. One pod fetches at a time (an flock on the
+claim); the others wait, then find the record. A download is verified before anything on the claim
+changes: a SHA-256 that differs, or a source that cannot be reached after a few tries, fails the
+container with the reason as its last line (the pod's status shows it). An archive (.tar, .tar.gz,
+.tgz, .tar.bz2, .tar.xz, .zip) is unpacked beside NAME and renamed into place; a file is copied
+into NAME. What NAME held before is never deleted: it is moved to `/data/.fetched/NAME.replaced-<time>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
+RECORDS = ".fetched"
+TRIES = 3
+TIMEOUT_S = 60
+CHUNK = 1 << 20
+
+
+class FetchFailed(RuntimeError):
+    pass
+
+
+def fetch(url: str, sha256: str, into: Path, tries: int = TRIES, wait_s: float = 2.0) -> str:
+    """Makes `into` hold what `url` serves, once; returns what was done, as a line for the log."""
+    records = into.parent / RECORDS
+    records.mkdir(exist_ok=True)
+    record = records / f"{into.name}.json"
+    with open(records / f"{into.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the kernel drops it if this process dies
+        if _recorded_sha256(record) == sha256 and into.exists():
+            return f"[DATA] {into}: present ({url}, sha256 {sha256[:12]}), not fetched again"
+        download = records / f"{into.name}.download"
+        started = time.monotonic()
+        size = _download(url, download, sha256, tries, wait_s)
+        staged = records / f"{into.name}.partial"
+        shutil.rmtree(staged, ignore_errors=True)
+        try:
+            _unpack(url, download, staged)
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+        finally:
+            download.unlink(missing_ok=True)
+        if into.exists() or into.is_symlink():
+            into.rename(_aside(records, into.name))
+        os.rename(staged, into)
+        record.write_text(json.dumps({"url": url, "sha256": sha256, "bytes": size}) + "\n")
+        _fsync_dir(into.parent)
+        return f"[DATA] {into}: fetched {url} ({size} bytes, sha256 {sha256[:12]}) in {time.monotonic() - started:.1f}s"
+
+
+def _aside(records: Path, name: str) -> Path:
+    """A name under the records that nothing has yet, for what `name` held before."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    candidates = (records / f"{name}.replaced-{stamp}{f'-{n}' if n else ''}" for n in range(1000))
+    return next(path for path in candidates if not path.exists())
+
+
+def _recorded_sha256(record: Path) -> str | None:
+    try:
+        return json.loads(record.read_text()).get("sha256")
+    except (OSError, ValueError):
+        return None
+
+
+def _download(url: str, to: Path, sha256: str, tries: int, wait_s: float) -> int:
+    for attempt in range(1, tries + 1):
+        digest, size = hashlib.sha256(), 0
+        try:
+            with urllib.request.urlopen(url, timeout=TIMEOUT_S) as answer, open(to, "wb") as out:
+                while chunk := answer.read(CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    size += len(chunk)
+            break
+        except (urllib.error.URLError, OSError) as exc:
+            reason = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else getattr(exc, "reason", exc)
+            if isinstance(exc, urllib.error.HTTPError) and exc.code < 500 or attempt == tries:
+                to.unlink(missing_ok=True)
+                raise FetchFailed(f"storage.datasets.source {url}: cannot fetch it ({reason}; {attempt} of {tries} tries)") from None
+            time.sleep(wait_s * attempt)
+    if digest.hexdigest() != sha256:
+        to.unlink()
+        raise FetchFailed(
+            f"storage.datasets.source {url}: its sha256 is {digest.hexdigest()}, not {sha256} as the stack says "
+            f"({size} bytes); nothing on the claim was changed"
+        )
+    return size
+
+
+def file_name(url: str) -> str:
+    """The last segment of the URL's path: what a file is saved as, and an archive's name."""
+    return url.split("?", 1)[0].split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+
+
+def _unpack(url: str, archive: Path, staged: Path) -> None:
+    name = file_name(url)
+    staged.mkdir()
+    if name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as opened:
+            opened.extractall(staged)  # zipfile keeps every member inside `staged`
+    elif name.endswith(ARCHIVE_SUFFIXES):
+        with tarfile.open(archive) as opened:
+            opened.extractall(staged, filter="data")  # no member outside `staged`, no device, no setuid
+    else:
+        shutil.copyfile(archive, staged / (name or "data"))
+
+
+def _fsync_dir(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer.fetch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--sha256", required=True)
+    parser.add_argument("--into", type=Path, required=True, help="the directory the data lands in, /data/NAME")
+    args = parser.parse_args(argv)
+    try:
+        print(fetch(args.url, args.sha256, args.into), flush=True)
+    except (FetchFailed, tarfile.TarError, zipfile.BadZipFile) as exc:
+        print(f"[DATA] {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
