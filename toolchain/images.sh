@@ -205,21 +205,19 @@ print("torch", torch.__version__, "on a CPU:", float(torch.ones(4, 4).matmul(tor
   bah rmi "$base_ref.partial"
 }
 
-build_trainer() {
+# bud_and_export REF TAR DIR BUILD_ARG: DIR/Dockerfile as it is, build context DIR, with one
+# --build-arg (what it is built FROM), no pull; kept in the storage as REF and written to TAR.
+bud_and_export() {
+  local ref=$1 tar=$2 dir=$3 build_arg=$4
   bah bud --signature-policy "$cache/policy.json" --pull=never --format docker \
-    --build-arg "BASE_IMAGE=$base_ref" -f "$trainer_dir/Dockerfile" -t "$trainer_ref.partial" "$trainer_dir"
-  bah tag "$trainer_ref.partial" "$trainer_ref"
-  bah rmi "$trainer_ref.partial"
-  export_image "$trainer_ref" "$trainer_tar"
+    --build-arg "$build_arg" -f "$dir/Dockerfile" -t "$ref.partial" "$dir"
+  bah tag "$ref.partial" "$ref"
+  bah rmi "$ref.partial"
+  export_image "$ref" "$tar"
 }
 
-build_example() {
-  bah bud --signature-policy "$cache/policy.json" --pull=never --format docker \
-    --build-arg "TRAINER_IMAGE=$trainer_ref" -f "$example_dir/Dockerfile" -t "$example_ref.partial" "$example_dir"
-  bah tag "$example_ref.partial" "$example_ref"
-  bah rmi "$example_ref.partial"
-  export_image "$example_ref" "$example_tar"
-}
+build_trainer() { bud_and_export "$trainer_ref" "$trainer_tar" "$trainer_dir" "BASE_IMAGE=$base_ref"; }
+build_example() { bud_and_export "$example_ref" "$example_tar" "$example_dir" "TRAINER_IMAGE=$trainer_ref"; }
 
 # What the trainer's key covers of its build context DIR: one line per file that `buildah bud`
 # sends, and the ignore file and the Dockerfile (toolchain/build/build_context_digest.py). The digest's
@@ -234,8 +232,8 @@ hash16() { sha256sum | cut -c1-16; }
 # values, sources, and the key of the image underneath.
 pause_key=$({ declare -f build_pause export_image; cat "$here/pause.c"; } | hash16)
 base_key=$({ declare -f build_base in_root; declare -p suite debian_packages venv pip_version base_env trainer_pins; cat "$here/cuda_stubs.py"; } | hash16)
-trainer_key=$({ declare -f build_trainer export_image; echo "base $base_key"; context_digest "$trainer_dir"; } | hash16)
-example_key=$({ declare -f build_example export_image; echo "trainer $trainer_key"; context_digest "$example_dir"; } | hash16)
+trainer_key=$({ declare -f build_trainer bud_and_export export_image; echo "base $base_key"; context_digest "$trainer_dir"; } | hash16)
+example_key=$({ declare -f build_example bud_and_export export_image; echo "trainer $trainer_key"; context_digest "$example_dir"; } | hash16)
 
 pause_ref=localhost/ddp-infra/pause:$pause_key
 base_ref=localhost/ddp-infra/trainer-base:$base_key

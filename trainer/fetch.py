@@ -27,6 +27,8 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from trainer.checkpoint.durable import fsync_directory, write_text_atomically
+
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
 RECORDS = ".fetched"
 TRIES = 3
@@ -62,8 +64,9 @@ def fetch(url: str, sha256: str, into: Path, tries: int = TRIES, wait_s: float =
         if into.exists() or into.is_symlink():
             into.rename(_aside(records, into.name))
         os.rename(staged, into)
-        record.write_text(json.dumps({"url": url, "sha256": sha256, "bytes": size}) + "\n")
-        _fsync_dir(into.parent)
+        write_text_atomically(record, json.dumps({"url": url, "sha256": sha256, "bytes": size}) + "\n", records / f"{into.name}.json.partial")
+        fsync_directory(records)
+        fsync_directory(into.parent)
         return f"[DATA] {into}: fetched {url} ({size} bytes, sha256 {sha256[:12]}) in {time.monotonic() - started:.1f}s"
 
 
@@ -122,14 +125,6 @@ def _unpack(url: str, archive: Path, staged: Path) -> None:
             opened.extractall(staged, filter="data")  # no member outside `staged`, no device, no setuid
     else:
         shutil.copyfile(archive, staged / (name or "data"))
-
-
-def _fsync_dir(directory: Path) -> None:
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def main(argv: list[str] | None = None) -> int:
