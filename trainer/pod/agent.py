@@ -11,6 +11,7 @@ the pod starts and while torchrun joins the rendezvous, a worker starts with the
 from __future__ import annotations
 
 import itertools
+import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -43,6 +44,7 @@ def main(args: Sequence[str]) -> None:
     if held and sys.stdin.readline().strip() != GO:
         return  # the entrypoint ended without its go, and the pod with it
     args = open_rendezvous(args)
+    signals_pass_through_logging(SignalException)
     keep_spares_aside()
     say_when_a_heartbeat_lapses()
     re_form_without_a_gone_member()
@@ -58,6 +60,22 @@ def main(args: Sequence[str]) -> None:
         if not (has_spares and waited_as_spare_until_closed(args)):
             raise
         sys.exit(SPARE_UNUSED)
+
+
+def signals_pass_through_logging(signal_exception: type[Exception]) -> None:
+    """torchrun answers SIGTERM by raising SignalException, an Exception, from wherever its main
+    thread is. Inside a log line's write, logging takes it for a failure of the log itself: it prints
+    "--- Logging error ---" and goes on, and the signal is lost (the agent restarted its workers
+    and the pod ran on until its grace period ended). Here it goes on up, as from anywhere else."""
+    handle_error = logging.Handler.handleError
+
+    def raise_signals(self: logging.Handler, record: logging.LogRecord) -> None:
+        raised = sys.exc_info()[1]
+        if isinstance(raised, signal_exception):
+            raise raised
+        handle_error(self, record)
+
+    logging.Handler.handleError = raise_signals
 
 
 def open_rendezvous(args: list[str]) -> list[str]:
