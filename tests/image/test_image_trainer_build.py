@@ -60,8 +60,8 @@ def dockerfile_env() -> dict[str, str]:
 
 # --- what the image holds -----------------------------------------------------------------------
 def trainer_tar() -> Path:
-    (pause, trainer) = printed()
-    assert pause[0] == "pause" and trainer[0] == "trainer"
+    (pause, trainer, shapes) = printed()
+    assert (pause[0], trainer[0], shapes[0]) == ("pause", "trainer", "shapes")
     return Path(trainer[2])
 
 
@@ -182,7 +182,7 @@ def test_print_names_the_current_keys_under_the_cache_and_builds_nothing(tmp_pat
     cache = tmp_path / "cache"
     current = keys()
     lines = printed(DDP_INFRA_CACHE=str(cache))
-    assert [line[0] for line in lines] == ["pause", "trainer"]
+    assert [line[0] for line in lines] == ["pause", "trainer", "shapes"]
     for name, ref, tar in lines:
         assert ref == f"localhost/ddp-infra/{name}:{current[name]}"
         assert tar == str(cache / "images" / f"{name}-{current[name]}.tar")
@@ -191,12 +191,13 @@ def test_print_names_the_current_keys_under_the_cache_and_builds_nothing(tmp_pat
 
 @pytest.fixture
 def source_copy(tmp_path):
-    """What the keys are computed from (the scripts, pause.c, trainer/) plus an unrelated README.md."""
+    """What the keys are computed from (the scripts, pause.c, trainer/, examples/shapes/) plus an unrelated README.md."""
     repo = tmp_path / "repo"
     (repo / "toolchain" / "build").mkdir(parents=True)
     for name in ("images.sh", "build/build_context_digest.py", "pause.c", "cuda_stubs.py"):
         shutil.copy2(REPO / "toolchain" / name, repo / "toolchain" / name)
     shutil.copytree(TRAINER, repo / "trainer")
+    shutil.copytree(REPO / "examples" / "shapes", repo / "examples" / "shapes")
     shutil.copy2(REPO / "README.md", repo / "README.md")
     return repo
 
@@ -205,7 +206,7 @@ def test_keys_follow_the_build_context_and_nothing_else(source_copy):
     repo = source_copy
     script = repo / "toolchain" / "images.sh"
     original = keys()
-    assert set(original) == {"pause", "base", "trainer"}
+    assert set(original) == {"pause", "base", "trainer", "shapes"}
     # the same content elsewhere, with other mtimes: the same keys
     assert keys(script) == original
 
@@ -219,12 +220,12 @@ def test_keys_follow_the_build_context_and_nothing_else(source_copy):
     (repo / "trainer" / ".pytest_cache" / "README.md").write_text("cache\n")
     assert keys(script) == original
 
-    # a trainer source: only the trainer's key
+    # a trainer source: the trainer's key, and the example's, built FROM it
     train = repo / "trainer" / "train.py"
     source = train.read_text()
     train.write_text(source + "\n# changed\n")
     changed = keys(script)
-    assert changed["trainer"] != original["trainer"]
+    assert changed["trainer"] != original["trainer"] and changed["shapes"] != original["shapes"]
     assert (changed["base"], changed["pause"]) == (original["base"], original["pause"])
     train.write_text(source)
     assert keys(script) == original
@@ -267,7 +268,15 @@ def test_keys_follow_the_build_context_and_nothing_else(source_copy):
     pause_c.write_text(pause_c.read_text() + "\n/* changed */\n")
     changed = keys(script)
     assert changed["pause"] != original["pause"]
-    assert (changed["base"], changed["trainer"]) == (original["base"], original["trainer"])
+    assert (changed["base"], changed["trainer"], changed["shapes"]) == (original["base"], original["trainer"], original["shapes"])
+    shutil.copy2(REPO / "toolchain" / "pause.c", pause_c)
+
+    # the example's own files: only its key
+    example_task = repo / "examples" / "shapes" / "shapes" / "task.py"
+    example_task.write_text(example_task.read_text() + "\n# changed\n")
+    changed = keys(script)
+    assert changed["shapes"] != original["shapes"]
+    assert {name: key for name, key in changed.items() if name != "shapes"} == {name: key for name, key in original.items() if name != "shapes"}
 
 
 def test_keys_of_another_trainer_tree(source_copy):
