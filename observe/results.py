@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 from observe.kubectl import Kubectl, KubectlError
 from trainer import contract
+from trainer.fetch import data_members
 
 RESULTS = ("best", "metrics.jsonl", "train-steps.jsonl", "loss.png")
 CHECKPOINTS = "checkpoints"
@@ -117,7 +118,7 @@ def copy_results(kubectl: Kubectl, run: str, claim: str, image: str, pull_secret
         with subprocess.Popen(exec_tar, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as reading:
             try:
                 with tarfile.open(fileobj=reading.stdout, mode="r|") as archive:
-                    archive.extractall(destination, filter="data")
+                    archive.extractall(destination, members=data_members(archive, destination))
                 unpacked = None
             except tarfile.TarError as error:
                 unpacked = error

@@ -114,6 +114,13 @@ def _waiting(status: dict[str, Any]) -> Optional[str]:
     for condition in status.get("conditions") or []:
         if condition["type"] == "PodScheduled" and condition["status"] == "False":
             return f"not scheduled: {condition.get('message') or condition.get('reason', '')}".strip()
+    for container in status.get("initContainerStatuses") or []:
+        # a Job's pod does not restart a failed init container: the pod fails, with its reason (and
+        # its app containers wait, PodInitializing, for what will never come)
+        terminated = container.get("state", {}).get("terminated") or {}
+        if terminated.get("exitCode"):
+            failed = _last_line(terminated)
+            return f"{container['name']} failed (exit {terminated['exitCode']})" + (f": {failed}" if failed else "")
     for container in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
         waiting = container.get("state", {}).get("waiting")
         if waiting:
@@ -121,12 +128,6 @@ def _waiting(status: dict[str, Any]) -> Optional[str]:
             said = f"{container['name']} {waiting.get('reason', 'waiting')}" + (f": {message}" if message else "")
             failed = _last_line(container.get("lastState", {}).get("terminated"))
             return said + (f"; it failed: {failed}" if failed else "")
-    for container in status.get("initContainerStatuses") or []:
-        # a Job's pod does not restart a failed init container: the pod fails, with its reason
-        terminated = container.get("state", {}).get("terminated") or {}
-        if terminated.get("exitCode"):
-            failed = _last_line(terminated)
-            return f"{container['name']} failed (exit {terminated['exitCode']})" + (f": {failed}" if failed else "")
     return None
 
 

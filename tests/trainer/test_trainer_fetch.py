@@ -139,14 +139,21 @@ def test_an_unreachable_source_and_a_missing_file_fail_with_the_reason(served, t
 
 def test_an_archive_reaching_outside_its_directory_fails_the_container_and_places_nothing(served, tmp_path):
     sha = archive(served.root / "evil.tar.gz", {"../escaped.txt": b"x"})
+    with tarfile.open(served.root / "link.tar", "w") as tar:  # a link out, then a file written through it
+        link = tarfile.TarInfo("out")
+        link.type, link.linkname = tarfile.SYMTYPE, str(tmp_path)
+        tar.addfile(link)
+        through = tarfile.TarInfo("out/escaped.txt")
+        through.size = 1
+        tar.addfile(through, io.BytesIO(b"x"))
     data = tmp_path / "data"
     data.mkdir()
-    command = [PYTHON, "-m", "trainer.fetch", "--url", served.url("evil.tar.gz"), "--sha256", sha, "--into", str(data / "evil")]
-    code, text = run_to_end(command, clean_env(), tmp_path / "evil.log", timeout=60)
-    assert code == 1 and text.splitlines()[-1].startswith("[DATA] "), text
-    assert "is outside the destination" in text
-    assert not (data / "evil").exists() and not (tmp_path / "escaped.txt").exists() and not (data / "escaped.txt").exists()
-    assert sorted(p.name for p in (data / ".fetched").iterdir()) == ["evil.lock"]
+    for name, checksum in (("evil.tar.gz", sha), ("link.tar", hashlib.sha256((served.root / "link.tar").read_bytes()).hexdigest())):
+        command = [PYTHON, "-m", "trainer.fetch", "--url", served.url(name), "--sha256", checksum, "--into", str(data / "evil")]
+        code, text = run_to_end(command, clean_env(), tmp_path / "evil.log", timeout=60)
+        assert code == 1 and text.splitlines()[-1].startswith("[DATA] ") and "is outside the destination" in text, text
+        assert not (data / "evil").exists() and not (tmp_path / "escaped.txt").exists() and not (data / "escaped.txt").exists()
+        assert sorted(p.name for p in (data / ".fetched").iterdir()) == ["evil.lock"]
 
 
 def test_pods_that_start_together_fetch_once(served, tmp_path):

@@ -1,0 +1,117 @@
+"""The datasets claim filled from `storage.datasets.source` on the cluster: a file server inside it
+(a pod of the trainer's image serving a corpus archive), the dev world fetching it once in its
+`fetch-data` init containers and training a language model on it, an `up` that starts new pods
+fetching nothing, and a source whose SHA-256 differs, then one that cannot be reached, failing
+the world with that reason in the status view while the claim keeps the corpus."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+from trainer_testing import with_option, write_corpus
+
+from cluster_testing import (
+    NAMESPACE, TEST_DOMAIN, all_logs, apply, claim_path, cluster_state, get, job_condition, pods, running, status_view, wait_for, world_pods,
+)  # fmt: skip
+
+pytestmark = pytest.mark.timeout(900)
+
+FILES = "files"  # the file server's namespace, Service and pod
+LM_RUN = ["-m", "trainer.train", "lm", "--data-dir", "/data/corpus", "--epochs", "1", "--batch", "4", "--seq-len", "32",
+          "--d-model", "32", "--n-layer", "1", "--n-head", "2", "--lr", "3e-3", "--log-every", "2"]  # fmt: skip
+
+
+def corpus_archive(tmp_path) -> bytes:
+    write_corpus(tmp_path / "corpus")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name in ("train.jsonl", "val.jsonl"):
+            tar.add(tmp_path / "corpus" / name, arcname=name)
+    return buffer.getvalue()
+
+
+def file_server(image: str, archive: bytes) -> list[dict]:
+    labels = {"app": FILES}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FILES}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": FILES, "namespace": FILES},
+         "binaryData": {"corpus.tar.gz": base64.b64encode(archive).decode()}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": FILES, "namespace": FILES, "labels": labels},
+         "spec": {"containers": [{"name": "http", "image": image, "imagePullPolicy": "IfNotPresent",
+                                  "command": ["python", "-m", "http.server", "8080", "--directory", "/srv"],
+                                  "volumeMounts": [{"name": "files", "mountPath": "/srv"}]}],
+                  "volumes": [{"name": "files", "configMap": {"name": FILES}}]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": FILES, "namespace": FILES},
+         "spec": {"selector": labels, "ports": [{"port": 8080, "targetPort": 8080}]}},
+    ]  # fmt: skip
+
+
+def fetch_lines(cluster, failed: bool = False) -> list[str]:
+    """What each pod's fetch-data init container said, pod by pod (with `failed`, failed pods' too)."""
+    chosen = pods(cluster, NAMESPACE).values() if failed else world_pods(cluster).values()
+    return [line for pod in chosen if pod["spec"].get("initContainers")
+            for line in cluster.kubectl("logs", pod["metadata"]["name"], "-n", NAMESPACE, "-c", "fetch-data", check=False).stdout.splitlines()]  # fmt: skip
+
+
+def gets(cluster) -> int:
+    """The file server's GETs of the corpus (http.server logs each request)."""
+    return cluster.kubectl("logs", FILES, "-n", FILES).stdout.count('"GET /corpus.tar.gz ')
+
+
+def says_why_the_world_fails(cluster, command: str) -> str:
+    """The status view once it names the failed fetch (the last one seen, if it never does)."""
+    seen: list[str] = []
+
+    def naming_the_fetch() -> str | None:
+        seen.append(status_view(cluster, command))
+        return seen[-1] if "fetch-data failed (exit 1)" in seen[-1] else None
+
+    try:
+        return wait_for(naming_the_fetch, 180, "the status view to say why the world fails")
+    except AssertionError as error:
+        job = json.dumps(get(cluster, "job", "trainer", NAMESPACE), indent=1)
+        raise AssertionError(f"{error}\n{seen[-1] if seen else ''}\n{fetch_lines(cluster, failed=True)}\n{job}\n{cluster_state(cluster)}") from None
+
+
+def test_a_source_fills_the_claim_once_and_a_bad_one_fails_the_world_with_its_reason(cluster, dev_image, dev_stack, tmp_path):
+    archive = corpus_archive(tmp_path)
+    sha256 = hashlib.sha256(archive).hexdigest()
+    url = f"http://{FILES}.{FILES}.svc.{TEST_DOMAIN}:8080/corpus.tar.gz"
+    apply(cluster, file_server(dev_image, archive))
+    try:
+        wait_for(lambda: running(get(cluster, "pod", FILES, FILES)), 120, "the file server to run")
+        dev_stack.up(run__args=LM_RUN, storage__datasets__source={"url": url, "sha256": sha256})
+        ended = wait_for(lambda: job_condition(cluster), 600, "the Job to end", interval=3)
+        assert ended == "Complete", f"{fetch_lines(cluster, failed=True)}\n{cluster_state(cluster)}\n" + "\n".join(
+            all_logs(cluster, NAMESPACE, pod["metadata"]["name"])[-2000:] for pod in world_pods(cluster).values())
+        said = sorted(line.split(": ", 1)[1].split(" (")[0] for line in fetch_lines(cluster))
+        assert said == [f"fetched {url}", "present"], said  # both pods share the claim: one fetched, one found it
+        corpus = claim_path(cluster, NAMESPACE, "datasets-pvc") / "corpus"
+        assert (corpus / "train.jsonl").read_bytes() == (tmp_path / "corpus" / "train.jsonl").read_bytes()
+        assert "[DONE]" in all_logs(cluster, NAMESPACE, world_pods(cluster)[0]["metadata"]["name"])
+        assert gets(cluster) == 1
+
+        # New pods (one more epoch replaces the Job) find the data there: nothing is fetched again.
+        dev_stack.up(run__args=with_option(LM_RUN, "--epochs", "2"), storage__datasets__source={"url": url, "sha256": sha256})
+        assert wait_for(lambda: job_condition(cluster), 600, "the longer run's Job to end", interval=3) == "Complete"
+        assert [line.split(": ", 1)[1].split(" (")[0] for line in fetch_lines(cluster)] == ["present", "present"]
+        assert gets(cluster) == 1
+
+        for source, reason in [
+            ({"url": url, "sha256": "0" * 64}, f"its sha256 is {sha256}, not {'0' * 64} as the stack says"),
+            # (a new version: the same SHA-256 from anywhere is the data the claim holds, not fetched again)
+            ({"url": f"http://no-such-{FILES}.{FILES}.svc.{TEST_DOMAIN}:8080/corpus-v2.tar.gz", "sha256": "1" * 64}, "cannot fetch it ("),
+        ]:
+            dev_stack.up(run__args=LM_RUN, storage__datasets__source=source)
+            status = says_why_the_world_fails(cluster, dev_stack.outputs["statusCommand"])
+            assert reason in status, status
+            # nothing on the claim changed
+            assert (corpus / "train.jsonl").read_bytes() == (tmp_path / "corpus" / "train.jsonl").read_bytes()
+            assert json.loads((corpus.parent / ".fetched" / "corpus.json").read_text())["sha256"] == sha256
+    finally:
+        cluster.kubectl("delete", "namespace", FILES, "--wait=false")
