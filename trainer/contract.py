@@ -21,7 +21,9 @@ Meanings (one meaning each, everywhere):
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 # Kubernetes puts a StatefulSet pod's ordinal in this label (1.28+) and an Indexed Job pod's
 # completion index in this annotation and in the JOB_COMPLETION_INDEX variable (a JobSet's pods
@@ -180,6 +182,13 @@ RUN_NAME = EnvVar("RUN_NAME", "run directory under /out; stable across restarts 
 DATA_DIR = EnvVar("DATA_DIR", "where datasets are mounted", required=False)
 OUT_DIR = EnvVar("OUT_DIR", "where outputs and checkpoints are written", required=False)
 MODELS_DIR = EnvVar("MODELS_DIR", "where local models are mounted (optional volume)", required=False)
+
+
+def claim_dir(var: EnvVar, mount: str) -> Path:
+    """Where this process finds a claim: the directory `var` names (the program sets it), else `mount`."""
+    return Path(os.environ.get(var.name) or mount)
+
+
 SHM_SIZE_BYTES = EnvVar("SHM_SIZE_BYTES", "size of the memory-backed /dev/shm the pod was given", required=False)
 GPUS_PER_NODE = EnvVar("GPUS_PER_NODE", "nvidia.com/gpu the pod asked for; 0 on CPU pods", required=False)
 

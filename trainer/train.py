@@ -57,7 +57,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="AdamW's betas; the lm task's default is (0.9, 0.95)")  # fmt: skip
     parser.add_argument("--warmup-steps", type=int)
     parser.add_argument("--grad-clip", type=float, help="0: no clipping")
-    parser.add_argument("--out-dir", type=Path, default=Path(os.environ.get(c.OUT_DIR.name) or c.OUT_MOUNT))
+    parser.add_argument("--out-dir", type=Path, default=c.claim_dir(c.OUT_DIR, c.OUT_MOUNT))
     parser.add_argument("--run-name", default=os.environ.get(c.RUN_NAME.name) or "local")
     parser.add_argument("--checkpoint-every", type=int, default=100, help="optimizer steps; 0: at epoch ends only")
     parser.add_argument("--checkpoint-every-seconds", type=seconds, default=0.0,
@@ -111,8 +111,7 @@ def make_task(args: argparse.Namespace, d: distributed.Dist) -> Task:
         card = {"task": args.task}
     else:
         options = TaskOptions.parse(args.task_option)
-        data_dir = Path(os.environ.get(c.DATA_DIR.name) or c.DATA_MOUNT)
-        task = make_user_task(args.task, TASKS, options, args.seed, data_dir)
+        task = make_user_task(args.task, TASKS, options, args.seed, c.claim_dir(c.DATA_DIR, c.DATA_MOUNT))
         card = {"task": args.task, "task_options": options.as_dict()}
     return check_task(dataclasses.replace(task, card={**card, **task.card}), args.task, d)
 

@@ -7,7 +7,6 @@ shards; nothing here imports torch, so preparing costs the tokenizer's memory an
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ CACHE_DIR_NAME = ".token-cache"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", type=Path, default=Path(os.environ.get(c.DATA_DIR.name) or c.DATA_MOUNT))
+    parser.add_argument("--data-dir", type=Path, default=c.claim_dir(c.DATA_DIR, c.DATA_MOUNT))
     parser.add_argument("--train-file", default="train.jsonl",
                         help="under --data-dir: .jsonl, .txt (blank-line separated documents) or a save_to_disk dataset directory")  # fmt: skip
     parser.add_argument("--val-file", default="val.jsonl", help="as --train-file")

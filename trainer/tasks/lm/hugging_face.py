@@ -23,7 +23,7 @@ OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--models-dir", type=Path, default=Path(os.environ.get(c.MODELS_DIR.name) or c.MODELS_MOUNT))
+    parser.add_argument("--models-dir", type=Path, default=c.claim_dir(c.MODELS_DIR, c.MODELS_MOUNT))
     model = parser.add_mutually_exclusive_group()
     model.add_argument("--model-local-dir", type=Path, help="a Hugging Face model directory (relative: under --models-dir)")
     model.add_argument("--model-id", help="a Hugging Face Hub model id, taken from the HF cache (or downloaded with --allow-download)")
