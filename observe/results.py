@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from observe.kubectl import Kubectl, KubectlError
+from observe.world_state import why_waiting
 from trainer import contract
 from trainer.fetch import data_members
 
@@ -79,19 +80,8 @@ def wait_until_running(kubectl: Kubectl, name: str, timeout: float = START_TIMEO
         if status.get("phase") == "Running":
             return
         if status.get("phase") in ("Failed", "Succeeded") or time.monotonic() > deadline:
-            raise KubectlError(f"the pod reading the outputs claim did not start: {_why_waiting(status)}")
+            raise KubectlError(f"the pod reading the outputs claim did not start: {why_waiting(status) or 'phase ' + status.get('phase', 'unknown')}")
         time.sleep(1)
-
-
-def _why_waiting(status: dict[str, Any]) -> str:
-    for container in status.get("containerStatuses") or []:
-        waiting = container.get("state", {}).get("waiting")
-        if waiting:
-            return f"{waiting.get('reason')}: {waiting.get('message', '')}".strip(": ")
-    unscheduled = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled" and c.get("status") == "False"]
-    if unscheduled:
-        return f"{unscheduled[0].get('reason')}: {unscheduled[0].get('message', '')}"
-    return f"phase {status.get('phase', 'unknown')}"
 
 
 def tar_script(run: str, checkpoints: bool) -> str:

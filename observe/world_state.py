@@ -104,13 +104,14 @@ def pod_state(pod: dict[str, Any], container: str) -> Optional[PodState]:
     ours = [s for s in status.get("containerStatuses") or [] if s["name"] == container]
     return PodState(
         name=metadata["name"], uid=metadata["uid"], index=int(index), phase=status.get("phase", "Pending"),
-        restarts=ours[0].get("restartCount", 0) if ours else 0, waiting=_waiting(status),
+        restarts=ours[0].get("restartCount", 0) if ours else 0, waiting=why_waiting(status),
         last_exit=_exit(ours[0].get("lastState", {}).get("terminated")) if ours else None,
         deleting="deletionTimestamp" in metadata, created=metadata["creationTimestamp"], node=pod.get("spec", {}).get("nodeName"),
     )  # fmt: skip
 
 
-def _waiting(status: dict[str, Any]) -> Optional[str]:
+def why_waiting(status: dict[str, Any]) -> Optional[str]:
+    """Why a pod does not run (yet), in the cluster's words: not scheduled, a failed init container, a waiting container."""
     for condition in status.get("conditions") or []:
         if condition["type"] == "PodScheduled" and condition["status"] == "False":
             return f"not scheduled: {condition.get('message') or condition.get('reason', '')}".strip()
