@@ -58,14 +58,18 @@ def cluster():
         yield local
 
 
-def _dev_image(cluster: LocalCluster) -> str:
-    """The dev stack names its image `ddp-trainer:dev` (IfNotPresent): give the built image that name."""
-    if "trainer" not in cluster.images:
-        pytest.fail(f"the trainer image is not built ({image_archives()['trainer'][1]} missing): run toolchain/images.sh")
-    name = DEV["image"]["name"]
+def _named_image(cluster: LocalCluster, built: str, name: str) -> str:
+    """Gives the image images.sh built as `built` the name a stack gives it (pulled IfNotPresent)."""
+    if built not in cluster.images:
+        pytest.fail(f"the {built} image is not built ({image_archives()[built][1]} missing): run toolchain/images.sh")
     reference = name if "/" in name else f"docker.io/library/{name}"
-    cluster.tag_image(cluster.images["trainer"], reference)
+    cluster.tag_image(cluster.images[built], reference)
     return reference
+
+
+def _dev_image(cluster: LocalCluster) -> str:
+    """The dev stack names its image `ddp-trainer:dev`."""
+    return _named_image(cluster, "trainer", DEV["image"]["name"])
 
 
 @pytest.fixture(scope="session")
@@ -75,11 +79,10 @@ def dev_image(cluster):
 
 @pytest.fixture(scope="session")
 def shapes_image(cluster):
-    """The example project's image (examples/shapes, built FROM the trainer's) under the name its stack gives it."""
-    if "shapes" not in cluster.images:
-        pytest.fail(f"the example's image is not built ({image_archives()['shapes'][1]} missing): run toolchain/images.sh")
+    """The example project's image (examples/shapes, built FROM the trainer's) under the name its stack
+    file gives it; returns that name."""
     name = yaml.safe_load((REPO / "examples" / "shapes" / "Pulumi.shapes.yaml").read_text())["config"]["ddp-infra:image"]["name"]
-    cluster.tag_image(cluster.images["shapes"], f"docker.io/library/{name}")
+    _named_image(cluster, "shapes", name)
     return name
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-import yaml
-from trainer_testing import EXAMPLE, REPO, same_result, with_option
+from trainer_testing import REPO, same_result, with_option
 
 from cluster_testing import (
     CHECKPOINT_EVERY, NAMESPACE, final_done_lines, job_condition, newest_checkpoint, pod_name, pod_resumed_lines,
@@ -20,7 +19,6 @@ from trainer import contract
 
 pytestmark = pytest.mark.timeout(900)
 
-EXAMPLE_STACK = {key.split(":", 1)[1]: value for key, value in yaml.safe_load((EXAMPLE / "Pulumi.shapes.yaml").read_text())["config"].items()}
 SAMPLES, BATCH, SEED = 1024, 32, 7
 # Two pods of 16 steps an epoch, paced as the journeys' smoke runs are (cluster_testing.paced).
 RUN_ARGS = [
@@ -38,7 +36,7 @@ def test_a_task_of_ones_own_in_its_image_ends_a_lost_pods_run_exactly_and_a_resi
     cluster, shapes_image, dev_stack, reference_result, installed_example
 ):
     expected = reference_result(RUN_ARGS, PYTHONPATH=f"{REPO}:{installed_example}")
-    image = {"image__name": EXAMPLE_STACK["image"]["name"]}
+    image = {"image__name": shapes_image}
     dev_stack.up(run__args=RUN_ARGS, **image, **SMALL_PODS)
     wait_for_world(cluster)
     before = wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
