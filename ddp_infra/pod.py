@@ -289,9 +289,8 @@ def fetch_data_container(config: StackConfig, trainer: dict[str, Any]) -> list[d
     source = config.storage.datasets.source
     if source is None:
         return []
-    amounts = {"requests": {}, "limits": {}}
-    for kind in amounts:
-        amounts[kind] = {name: value for name, value in trainer["resources"][kind].items() if name in ("cpu", "memory")}
+    amounts = {kind: {name: value for name, value in trainer["resources"][kind].items() if name in ("cpu", "memory")}
+               for kind in ("requests", "limits")}  # fmt: skip
     mounts = [mount for mount in trainer["volumeMounts"] if mount["mountPath"] in (contract.DATA_MOUNT, contract.TMP_MOUNT)]
     return [{
         "name": FETCH_CONTAINER_NAME,

@@ -94,7 +94,7 @@ def _download(url: str, to: Path, sha256: str, tries: int, wait_s: float) -> int
                     out.write(chunk)
                     size += len(chunk)
             break
-        except (urllib.error.URLError, OSError) as exc:
+        except OSError as exc:  # urllib's URLError and HTTPError among them
             reason = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else getattr(exc, "reason", exc)
             if isinstance(exc, urllib.error.HTTPError) and exc.code < 500 or attempt == tries:
                 to.unlink(missing_ok=True)
