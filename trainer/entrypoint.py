@@ -71,14 +71,20 @@ class _Supervisor:
     def start_ahead(self, argv: list[str], env: Mapping[str, str]) -> None:
         """Starts the torchrun of `argv` holding back (the agent's --await-start) until run() is
         called with the same command line and env; it ends by itself if this process does (the end
-        of its stdin without a go)."""
-        self._ahead = (subprocess.Popen(held_back(argv), env=dict(env), stdin=subprocess.PIPE), argv, dict(env))
+        of its stdin without a go). Its process group is its own, which its fork server shares."""
+        held = subprocess.Popen(held_back(argv), env=dict(env), stdin=subprocess.PIPE, process_group=0)
+        self._ahead = (held, argv, dict(env))
 
     def discard_ahead(self) -> None:
+        """Kills the torchrun started ahead with its fork server, which would otherwise go on
+        importing torch (seconds of CPU, more under load) before it noticed it was alone."""
         if self._ahead is not None:
             held = self._ahead[0]
             self._ahead = None
-            held.kill()
+            try:
+                os.killpg(held.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             held.wait()
 
     def run(self, argv: list[str], env: Mapping[str, str]) -> int:
