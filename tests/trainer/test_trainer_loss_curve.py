@@ -1,5 +1,6 @@
-"""The loss curve: rank 0 redraws /out/<run>/loss.png at each epoch end from metrics.jsonl and the `[TRAIN]`
-series it keeps in train-steps.jsonl, through stops and crashes, and never stands in training's way."""
+"""The loss curve: rank 0 draws /out/<run>/loss.png at an epoch end (at most once a minute) and at the
+run's end from metrics.jsonl and the `[TRAIN]` series it keeps in train-steps.jsonl, through stops and
+crashes, and never stands in training's way."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from test_trainer_tracking import ARGS, STEPS, run_without, run_world, start_wor
 from trainer_testing import epoch_records
 
 from trainer.tracking import loss_curve
+from trainer.tracking.fan_out import EPOCH, FINISHED, TRAIN
 from trainer.lines import tagged
 from trainer.outputs import TRAIN_STEPS, RunDir
 from trainer.stop import EXIT_STOPPED
@@ -61,17 +63,40 @@ def test_a_torn_step_record_before_the_last_is_an_error_that_names_the_file_and_
         run.forget_train_steps_from(10)
 
 
+def epoch_record(run: RunDir, curve: loss_curve.LossCurve, epoch: int, step: int) -> None:
+    """What the loop does at an epoch's end: the record in metrics.jsonl, then its figures logged."""
+    run.append_metrics({"epoch": epoch, "global_step": step, "train_loss": 1.0 / epoch, "val_loss": 2.0 / epoch})
+    curve.log(step, {f"{EPOCH}train_loss": 1.0 / epoch, f"{EPOCH}val_loss": 2.0 / epoch})
+
+
+def test_the_curve_is_redrawn_at_an_epoch_end_at_most_once_a_minute_and_at_the_runs_end(tmp_path):
+    now = [1000.0]
+    run = RunDir(tmp_path)
+    curve = loss_curve.LossCurve(run, "r", clock=lambda: now[0])
+    for epoch in range(1, 5):  # epochs of 20 s: drawn at the first end, then once 60 s have passed
+        for step in range(epoch * 4 - 3, epoch * 4 + 1):
+            curve.log(step, {f"{TRAIN}loss": 1.0 / step})
+        epoch_record(run, curve, epoch, epoch * 4)
+        assert points_drawn(tmp_path) == ({"steps": 4, "epochs": 1} if epoch < 4 else {"steps": 16, "epochs": 4})
+        now[0] += 20
+    curve.log(17, {f"{TRAIN}loss": 0.5})
+    curve.close(FINISHED, {})
+    assert points_drawn(tmp_path) == {"steps": 17, "epochs": 4}, "the run's end draws what came since"
+    drawn = (tmp_path / loss_curve.PNG).stat().st_mtime_ns
+    curve.close(FINISHED, {})
+    assert (tmp_path / loss_curve.PNG).stat().st_mtime_ns == drawn, "nothing new, nothing drawn"
+
+
 @pytest.mark.timeout(300)
-def test_rank_0_redraws_the_curve_at_each_epoch_end_and_a_resumed_run_adds_to_it(spawn, tmp_path):
+def test_rank_0_draws_the_curve_again_when_stopped_and_a_resumed_run_adds_to_it(spawn, tmp_path):
     # a world of 2 with 8 steps an epoch: SIGTERM in step 11 stops it in epoch 2, after epoch 1's curve
     first = run_world(spawn, tmp_path, "stopped", world=2, expected=EXIT_STOPPED, PROBE_SIGNAL_AT="11")
     run = tmp_path / "run"
     (epoch_1,) = epoch_records(run)
     steps = step_records(run)
     assert [r["global_step"] for r in steps] == sorted(train_lines_by_step(first)), "a record per rank 0 [TRAIN] line"
-    drawn_at_epoch_1 = [r for r in steps if r["global_step"] <= epoch_1["global_step"]]
-    assert len(drawn_at_epoch_1) < len(steps), "the stop came after epoch 1's end and later [TRAIN] lines"
-    assert points_drawn(run) == {"steps": len(drawn_at_epoch_1), "epochs": 1}
+    assert steps[-1]["global_step"] > epoch_1["global_step"], "the stop came after epoch 1's end and later [TRAIN] lines"
+    assert points_drawn(run) == {"steps": len(steps), "epochs": 1}, "drawn at the stop with the steps after epoch 1"
 
     again = run_world(spawn, tmp_path, "resumed", world=2, expected=0)
     lines = {**train_lines_by_step(first), **train_lines_by_step(again)}

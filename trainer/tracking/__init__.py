@@ -9,7 +9,7 @@ and MLflow, which cannot drop a point, is not sent a step its run already has.
 Each tracker is a file of this package, and each takes `log(step, figures)` and `close(status, result)`:
 
 - the fan-out to all of them, and the run's status at its end (fan_out.py);
-- the loss curve: `<run dir>/loss.png` (loss_curve.py), redrawn at each epoch end. The `[TRAIN]`
+- the loss curve: `<run dir>/loss.png` (loss_curve.py), redrawn at an epoch end (at most once a minute) and at the run's end. The `[TRAIN]`
   series it draws is kept in `<run dir>/train-steps.jsonl`; a restart drops the records of the steps it redoes;
 - TensorBoard: `<run dir>/tensorboard/`, one event file per start (tensorboard_events.py);
 - MLflow (`MLFLOW_TRACKING_URI`, an http(s) server): the run (mlflow_run.py), over MLflow's REST API

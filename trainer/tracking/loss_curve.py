@@ -6,32 +6,42 @@ the files, not from memory, so a resumed run draws what its earlier starts kept,
 The PNG's text metadata says how many points it drew (`Points`: `steps=N epochs=M`), so a reader
 can check the picture against the files. matplotlib is imported at the first drawing, not with the
 trainer, and draws on its Agg canvas: no display.
+
+A drawing costs rank 0 a fraction of a second of CPU, more as the run's records grow: where epochs
+take seconds it was half of rank 0's work. So the curve is redrawn at an epoch end at most once a
+minute (at every epoch end where epochs are longer), and drawn once more at the run's end, whatever
+ended it, with every record kept by then.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from trainer.outputs import RunDir, temp_beside
 from trainer.tracking.fan_out import EPOCH, TRAIN, say
 
 PNG = "loss.png"
 POINTS_KEY = "Points"
+REDRAW_EVERY_S = 60.0
 
 
 class LossCurve:
-    """Keeps the `[TRAIN]` series in train-steps.jsonl and redraws loss.png after each epoch's record.
+    """Keeps the `[TRAIN]` series in train-steps.jsonl and redraws loss.png after an epoch's record
+    (the first, then at most once in REDRAW_EVERY_S) and at the run's end.
 
     A drawing that fails (an image without matplotlib, a value it cannot draw) is said once; training
-    goes on, and each later epoch end tries again.
+    goes on, and each later drawing tries again.
     """
 
-    def __init__(self, run: RunDir, run_name: str):
-        self.run, self.run_name = run, run_name
+    def __init__(self, run: RunDir, run_name: str, clock: Callable[[], float] = time.monotonic):
+        self.run, self.run_name, self.clock = run, run_name, clock
         self.said = False
+        self.drawn_at: float | None = None
+        self.records_since_drawn = False
 
     @classmethod
     def open(cls, run_dir: Path, run_name: str, first_step: int) -> LossCurve:
@@ -41,22 +51,25 @@ class LossCurve:
         return cls(run, run_name)
 
     def log(self, step: int, figures: dict[str, float]) -> None:
-        if any(name.startswith(EPOCH) for name in figures):
-            self._draw()  # the loop appended the epoch's record to metrics.jsonl before logging it
-        else:
+        self.records_since_drawn = True
+        if not any(name.startswith(EPOCH) for name in figures):
             self.run.append_train_step({"global_step": step, **{k.removeprefix(TRAIN): v for k, v in figures.items()}})
+        elif self.drawn_at is None or self.clock() - self.drawn_at >= REDRAW_EVERY_S:
+            self._draw()  # the loop appended the epoch's record to metrics.jsonl before logging it
 
     def _draw(self) -> None:
+        self.drawn_at, self.records_since_drawn = self.clock(), False
         try:
             draw(self.run, self.run_name)
         except Exception as error:  # a picture must never stop training
             if not self.said:
                 self.said = True
                 say(f"Loss curve: {PNG} not drawn ({type(error).__name__}: {error}); training goes on, "
-                    f"and each later epoch end tries again")  # fmt: skip
+                    f"and each later drawing tries again")  # fmt: skip
 
     def close(self, _status: str, _result: Mapping[str, Any]) -> None:
-        pass  # every record is on disk, the picture drawn at the last epoch end
+        if self.records_since_drawn:
+            self._draw()
 
 
 def draw(run: RunDir, run_name: str) -> None:
