@@ -7,12 +7,14 @@ and are skipped, with the missing path, without it. The key tests need only bash
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
 import shlex
 import shutil
 import subprocess
+import sys
 import sysconfig
 import tarfile
 from pathlib import Path
@@ -67,7 +69,8 @@ def trainer_tar() -> Path:
 
 @pytest.fixture(scope="module")
 def image():
-    """The trainer tar's image config and the files under /app/trainer, from the layer that holds them."""
+    """The trainer tar's image config, the files under /app/trainer from the layer that holds them,
+    and the bytecode compiled from them in the layer above."""
     tar = trainer_tar()
     if not tar.is_file():
         pytest.skip(f"the trainer image is not built: {tar} does not exist (toolchain/images.sh builds it)")
@@ -75,6 +78,7 @@ def image():
         (manifest,) = json.load(outer.extractfile("manifest.json"))
         config = json.load(outer.extractfile(manifest["Config"]))
         app: dict[str, tuple[tarfile.TarInfo, bytes | None]] = {}
+        compiled: dict[str, bytes] = {}
         etc_passwd = None
         # The Dockerfile's own steps are the top layer: read from the top down until /app/trainer shows.
         for layer in reversed(manifest["Layers"]):
@@ -82,12 +86,14 @@ def image():
                 for member in inner:
                     name = member.name.removeprefix("./").lstrip("/")
                     if name.startswith("app/trainer/") and member.isfile():
-                        app[name.removeprefix("app/trainer/")] = (member, inner.extractfile(member).read())
+                        into = compiled if "/__pycache__/" in name else app
+                        data = inner.extractfile(member).read()
+                        into[name.removeprefix("app/trainer/")] = data if into is compiled else (member, data)
                     elif name == "etc/passwd" and etc_passwd is None:
                         etc_passwd = inner.extractfile(member).read().decode()
             if app:
                 break
-    return {"tar": tar, "manifest": manifest, "config": config, "app": app, "etc_passwd": etc_passwd}
+    return {"tar": tar, "manifest": manifest, "config": config, "app": app, "compiled": compiled, "etc_passwd": etc_passwd}
 
 
 def test_the_image_is_tagged_with_its_reference(image):
@@ -124,6 +130,19 @@ def test_app_trainer_holds_the_package_as_the_build_context_sends_it(image):
         # owned by root and not writable by the training user (uid/gid 1000)
         assert (member.uid, member.gid) == (0, 0), name
         assert not member.mode & 0o022, (name, oct(member.mode))
+
+
+def test_every_module_of_the_trainer_is_compiled_in_the_image_against_its_source(image):
+    """A pod's root is read-only: bytecode not in the image is compiled again by every process."""
+    tag = sys.implementation.cache_tag  # the base's Python is this machine's minor version (3.11)
+    sources = {name: data for name, (_, data) in image["app"].items() if name.endswith(".py")}
+    expected = {f"{Path(name).parent / '__pycache__' / Path(name).stem}.{tag}.pyc".removeprefix("./"): data
+                for name, data in sources.items()}  # fmt: skip
+    assert set(image["compiled"]) == set(expected)
+    for name, pyc in image["compiled"].items():
+        flags = int.from_bytes(pyc[4:8], "little")
+        assert flags == 0b11, f"{name}: not checked against a hash of its source ({flags:#b})"
+        assert pyc[8:16] == importlib.util.source_hash(expected[name]), f"{name}: compiled from another source"
 
 
 def test_the_training_user_exists_in_the_image(image):
