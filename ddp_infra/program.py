@@ -8,6 +8,7 @@ from typing import Any, Optional
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .access import require_access
 from .claim_changes import CLAIMS_OUTPUT, recorded_claims, refuse_claim_changes
 from .cluster_apis import require_cluster_apis
 from .components import DdpTrainingStack, DdpTrainingStackArgs
@@ -82,6 +83,7 @@ def build(config: StackConfig) -> dict[str, Any]:
     require_cluster_apis(config)
     world = World.from_config(config, pulumi.get_project(), pulumi.get_stack())
     template = pod_template(world)  # the one the fit check counts is the one the stack runs
+    require_access(world, template)
     require_world_fits(world, template)
     provider = kubernetes_provider(config.kubernetes)
     stack = DdpTrainingStack(

@@ -4,11 +4,13 @@ against a real API server."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
 import yaml
 
+from ddp_infra import access
 from pulumi_project import PulumiProject, changed_steps, resource_type
 from toolchain.apiserver import LocalApiServer, free_port
 
@@ -101,5 +103,48 @@ def test_preview_with_the_kubernetes_gang_names_the_workload_api_a_cluster_lacks
     assert "the cluster does not serve scheduling.k8s.io/v1alpha2 workloads, podgroups" in refused.output, refused.output
     assert "GenericWorkload" in refused.output and "--runtime-config=scheduling.k8s.io/v1alpha2=true" in refused.output
     assert "nothing was created" in refused.output and "Traceback" not in refused.output, refused.output
+    assert result.returncode == 0, result.describe()
+    _assert_plans_the_whole_stack(preview)
+
+
+def _grant(api: LocalApiServer, user: str, resources: dict[str, list[str]]) -> None:
+    """A ClusterRole of access.VERBS on `resources` (API group: resources), bound to `user`."""
+    rules = [{"apiGroups": [group], "resources": names, "verbs": list(access.VERBS)} for group, names in resources.items()]
+    api.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": user}, "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": user},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]},
+    ]}))  # fmt: skip
+
+
+def test_preview_refuses_credentials_that_may_not_do_what_the_stack_does_naming_each_refusal(prod):
+    """An RBAC API server: a user without NetworkPolicy rights, then a token it does not know, are
+    refused at preview with what is missing; the same user granted them gets the whole plan."""
+    the_stacks_resources = {"": ["namespaces", "persistentvolumeclaims", "services", "serviceaccounts", "secrets"],
+                            "apps": ["deployments", "statefulsets"], "batch": ["jobs"], "policy": ["poddisruptionbudgets"]}  # fmt: skip
+    with LocalApiServer(users={"alice-token": ("alice", "team")}, rbac=True) as api:
+        _grant(api, "alice", the_stacks_resources)
+        previews = {}
+        for name, token in (("without network policies", "alice-token"), ("unknown token", "expired-token")):
+            api.kubeconfig_of(token, prod.kubeconfig)
+            try:
+                previews[name] = prod.preview_diff("prod", check=False)
+            finally:
+                prod.kubeconfig.unlink()
+        _grant(api, "alice", {**the_stacks_resources, "networking.k8s.io": ["networkpolicies"]})
+        api.kubeconfig_of("alice-token", prod.kubeconfig)
+        try:
+            result, preview = prod.preview_json("prod", check=False)
+        finally:
+            prod.kubeconfig.unlink()
+    refused = previews["without network policies"]
+    assert refused.returncode != 0, refused.describe()
+    assert "the kubeconfig's current context may not do what the stack does; nothing was created" in refused.output, refused.output
+    assert "may not get, create, patch, delete networkpolicies.networking.k8s.io in namespace ml-train" in refused.output, refused.output
+    assert "jobs.batch" not in refused.output and "Traceback" not in refused.output, refused.output
+    rejected = previews["unknown token"]
+    assert rejected.returncode != 0, rejected.describe()
+    assert "its credentials are rejected by the API server (expired or revoked?)" in rejected.output and "Unauthorized" in rejected.output
     assert result.returncode == 0, result.describe()
     _assert_plans_the_whole_stack(preview)

@@ -8,7 +8,7 @@
 
 Nothing runs but the API server and its etcd (no scheduler, controllers or nodes): objects are
 validated, defaulted, admitted and stored, never acted on. Authentication is a bearer token,
-authorization AlwaysAllow, and the ServiceAccount admission plugin is off, since no controller
+authorization AlwaysAllow (or RBAC, asked for), and the ServiceAccount admission plugin is off, since no controller
 creates the `default` service accounts it would require. Everything lives in a temporary
 directory that is removed on exit, together with both processes.
 
@@ -88,6 +88,9 @@ class LocalApiServer:
       bin_dir: where etcd and kube-apiserver are (default: toolchain/build.sh --bin-dir, then PATH).
       startup_timeout: seconds to wait for /readyz before giving up.
       kubectl: the kubectl the `kubectl()` helper runs.
+      users: more bearer tokens it accepts, each with its user and group ({token: (user, group)});
+      rbac: authorize with RBAC (the admin's group, system:masters, is allowed everything) rather
+        than AlwaysAllow, for tests of what a user may not do.
 
     Attributes, once started:
       kubeconfig: path of a kubeconfig file (context `local`) for the server;
@@ -96,7 +99,7 @@ class LocalApiServer:
       startup_seconds: how long start() took; workdir: the temporary directory.
     """
 
-    def __init__(self, bin_dir=None, startup_timeout=90.0, kubectl="kubectl", workload_api=True):
+    def __init__(self, bin_dir=None, startup_timeout=90.0, kubectl="kubectl", workload_api=True, users=None, rbac=False):
         bin_dir = bin_dir or tool_dir()
         self._etcd_bin = find_tool("etcd", bin_dir)
         self._apiserver_bin = find_tool("kube-apiserver", bin_dir)
@@ -108,6 +111,7 @@ class LocalApiServer:
         self._procs = []
         # the local cluster's alpha Workload API (control_plane.WORKLOAD_API_FLAGS), or an API server without it
         self._workload_api = workload_api
+        self._users, self._rbac = dict(users or {}), rbac
 
     def __enter__(self):
         self.start()
@@ -158,6 +162,11 @@ class LocalApiServer:
                 proc.wait()
         self._procs = []
 
+    def kubeconfig_of(self, token, path):
+        """Writes a kubeconfig (context `local`) that authenticates with `token` to `path`."""
+        certificates.write_kubeconfig(Path(path), "local", self.server, Path(self.ca_file), token)
+        return str(path)
+
     def kubectl(self, *args, input=None, check=True):
         """Runs kubectl against this server; returns the CompletedProcess (text output)."""
         proc = subprocess.run(
@@ -184,10 +193,10 @@ class LocalApiServer:
         key, cert = certificates.sign_serving(pki, "serving", "127.0.0.1", ["IP:127.0.0.1", "DNS:localhost"], days=2)
         self._spawn("kube-apiserver", control_plane.apiserver_argv(
             self._apiserver_bin, etcd_url=etcd_url, bind="127.0.0.1", advertise="127.0.0.1", port=port, cert=cert, key=key,
-            tokens=certificates.token_file(pki / "tokens.csv", {self.token: ("admin", "system:masters")}),
+            tokens=certificates.token_file(pki / "tokens.csv", {self.token: ("admin", "system:masters"), **self._users}),
             service_account_key=certificates.service_account_key(pki),
             issuer="https://kubernetes.default.svc.cluster.local", service_cidr="10.0.0.0/24",
-            extra=["--cert-dir", str(pki / "certs"), "--authorization-mode", "AlwaysAllow",
+            extra=["--cert-dir", str(pki / "certs"), "--authorization-mode", "RBAC" if self._rbac else "AlwaysAllow",
                    "--disable-admission-plugins", "ServiceAccount", "--allow-privileged",
                    *(control_plane.WORKLOAD_API_FLAGS if self._workload_api else [])],
         ))  # fmt: skip
