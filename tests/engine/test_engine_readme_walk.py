@@ -21,10 +21,12 @@ import pytest
 import yaml
 
 from pulumi_project import (
-    COMMAND_TIMEOUT_S, REPO, PulumiProject, Result, cli_home, file_backend_url, installed_plugins, provider_versions, require_tool, toolchain_path,
+    COMMAND_TIMEOUT_S, REPO, PulumiProject, Result, cli_home, file_backend_url, installed_plugins, provider_versions, require_tool,
+    toolchain_bin_dir, toolchain_path,
     user_database_home,
 )  # fmt: skip
 from toolchain.apiserver import LocalApiServer
+from toolchain.cluster.local_cluster import CACHE
 
 pytestmark = pytest.mark.timeout(3600)
 
@@ -34,7 +36,9 @@ SECTION = "## Using it"
 MAKE_FILES = ("Makefile",)
 MAKE_DIRS = ("scripts", "toolchain")
 # The journey every user takes, each a prefix of at least one README command.
+ACTIVATE = ". toolchain/activate"
 JOURNEY = (
+    ACTIVATE,
     "mkdir -p ~/",
     'pulumi login "file://',
     "export PULUMI_CONFIG_PASSPHRASE=",
@@ -89,11 +93,20 @@ def fresh_clone(root: Path) -> Path:
     return copy
 
 
+def new_shell_path() -> str:
+    """A new shell's PATH after `make setup`: this machine's, without the toolchain's bin directory
+    that `make test` puts first. No pulumi on it: the README's own first line has to bring it."""
+    bin_dir = str(toolchain_bin_dir())
+    path = os.pathsep.join(entry for entry in os.environ.get("PATH", "").split(os.pathsep) if entry.rstrip("/") != bin_dir)
+    assert shutil.which("pulumi", path=path) is None, f"pulumi is on this machine's PATH ({path}): the walk would not show the README brings it"
+    return path
+
+
 def user_environment(home: Path, kubeconfig: str) -> dict[str, str]:
-    """A new user's shell: no backend, passphrase or stack chosen yet; the engine on PATH. The user's
-    home is `home`, and so is the CLI's: its PULUMI_HOME is where it would be for a user whose home
-    that is, so the walk's login never touches this machine's. Its plugins are the ones `make setup`
-    installed in the CLI's home here."""
+    """A new user's shell: no backend, passphrase or stack chosen yet, and no pulumi on PATH. The
+    user's home is `home`, and so is the CLI's: its PULUMI_HOME is where it would be for a user whose
+    home that is, so the walk's login never touches this machine's. Its plugins are the ones `make
+    setup` installed in the CLI's home here."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "KUBE"))}
     (home / ".pulumi").mkdir(parents=True)
     plugins = cli_home() / "plugins"
@@ -102,7 +115,8 @@ def user_environment(home: Path, kubeconfig: str) -> dict[str, str]:
     env.update(
         HOME=str(home),
         PULUMI_HOME=str(home / ".pulumi"),
-        PATH=toolchain_path(),
+        PATH=new_shell_path(),
+        DDP_INFRA_CACHE=str(CACHE),  # where `make setup` put everything, under this machine's home
         KUBECONFIG=kubeconfig,
         KUBECACHEDIR=str(home / ".kube" / "cache"),
         PULUMI_SKIP_UPDATE_CHECK="true",
@@ -118,6 +132,13 @@ def run_line(line: str, copy: Path, env: dict[str, str]) -> Result:
             name, _, value = assignment.partition("=")
             env[name] = value
         return Result([line], 0, "", "")
+    if line.startswith(". "):  # sourced: what it exports is carried to the next lines
+        script = f"exec 3>&1 1>&2\n{line}\n[ $? = 0 ] || exit 1\nenv -0 >&3"  # the line's own output, then the env
+        done = subprocess.run(["bash", "-c", script], cwd=copy, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        if done.returncode == 0:
+            env.clear()
+            env.update(entry.split("=", 1) for entry in done.stdout.split("\0") if "=" in entry)
+        return Result([line], done.returncode, "", done.stderr)
     done = subprocess.run(
         ["bash", "-c", line], cwd=copy, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
     )
@@ -189,6 +210,7 @@ def test_destroy_leaves_no_resource_in_the_state_and_keeps_the_claims(walk):
     """What the README's destroy line says: in render mode the kept objects keep their files."""
     assert re.search(r"- \d+ deleted", walk.after("pulumi destroy -s dev").output)
     env = user_environment(walk.copy.parent.parent / "home-after", "")
+    assert run_line(ACTIVATE, walk.copy, env).returncode == 0
     env["PULUMI_CONFIG_PASSPHRASE"] = "unused"
     env["PULUMI_BACKEND_URL"] = file_backend_url(walk.copy.parent.parent / "home" / ".pulumi-state")
     exported = subprocess.run(
@@ -209,6 +231,7 @@ def test_the_walk_changes_only_the_stack_file_it_configures(walk):
 def test_stack_init_on_a_fresh_clone_adds_only_the_salt_the_readme_speaks_of(tmp_path):
     copy = fresh_clone(tmp_path)
     env = user_environment(tmp_path / "home", str(tmp_path / "no-kubeconfig"))
+    assert run_line(ACTIVATE, copy, env).returncode == 0
     env.update(PULUMI_BACKEND_URL=file_backend_url(tmp_path / "state"), PULUMI_CONFIG_PASSPHRASE="fresh-clone")
     (tmp_path / "state").mkdir()
     init = run_line("pulumi stack init dev --secrets-provider passphrase", copy, env)
