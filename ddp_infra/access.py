@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import subprocess
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import pulumi
+
+from observe.kubectl import Kubectl
 
 from . import gang
 from .names import PROJECT
@@ -94,31 +96,30 @@ def reviews(kinds: list[str], namespace: str) -> dict[str, Any]:
 
 def refusals(answers: list[dict[str, Any]]) -> list[str]:
     """What the reviews' answers refuse, a line per resource: its verbs, where, and the server's reason."""
-    refused: dict[tuple[str, str], list[str]] = {}
-    reasons: dict[tuple[str, str], str] = {}
+    refused: dict[tuple[str, str], tuple[list[str], str]] = {}  # (resource, where): (verbs, the server's reason)
     for answer in answers:
-        if answer.get("status", {}).get("allowed"):
+        status = answer.get("status", {})
+        if status.get("allowed"):
             continue
         attributes = answer["spec"]["resourceAttributes"]
-        resource = Resource(attributes.get("group", ""), attributes["resource"])
+        resource = str(Resource(attributes.get("group", ""), attributes["resource"]))
         where = f"in namespace {attributes['namespace']}" if attributes.get("namespace") else "(cluster-wide)"
-        refused.setdefault((str(resource), where), []).append(attributes["verb"])
-        if reason := answer.get("status", {}).get("reason"):
-            reasons[(str(resource), where)] = reason
-    return [f"may not {', '.join(verbs)} {resource} {where}" + (f" ({reasons[(resource, where)]})" if (resource, where) in reasons else "")
-            for (resource, where), verbs in refused.items()]  # fmt: skip
+        verbs, reason = refused.get((resource, where), ([], ""))
+        refused[(resource, where)] = ([*verbs, attributes["verb"]], status.get("reason") or reason)
+    return [f"may not {', '.join(verbs)} {resource} {where}" + (f" ({reason})" if reason else "")
+            for (resource, where), (verbs, reason) in refused.items()]  # fmt: skip
 
 
-def ask(context: Optional[str], request: dict[str, Any]) -> list[dict[str, Any]]:
+def ask(kubectl: Kubectl, request: dict[str, Any]) -> list[dict[str, Any]]:
     """The API server's answers to the reviews. Raises PermissionError when it rejects the
     credentials themselves, RuntimeError when kubectl fails otherwise."""
     # --validate=false: no schema download for reviews the program wrote itself (one round trip less)
-    argv = ["kubectl", *(["--context", context] if context else []), "create", "--validate=false", "-f", "-", "-o", "json"]
-    done = subprocess.run(argv, input=json.dumps(request), capture_output=True, text=True, timeout=KUBECTL_TIMEOUT_S)
+    args = ("create", "--validate=false", "-f", "-", "-o", "json")
+    done = kubectl.run(*args, check=False, input=json.dumps(request))
     if done.returncode != 0:
         error = done.stderr.strip()
         rejected = "Unauthorized" in error or "provide credentials" in error
-        raise (PermissionError if rejected else RuntimeError)(f"`{' '.join(argv)}` failed: {error}")
+        raise (PermissionError if rejected else RuntimeError)(f"`{' '.join(kubectl.argv(*args))}` failed: {error}")
     return json_documents(done.stdout)
 
 
@@ -139,7 +140,8 @@ def require_access(world: World, template: dict[str, Any]) -> None:
         return
     whose = f"context '{kubernetes.context}' ({PROJECT}:kubernetes.context)" if kubernetes.context else "the kubeconfig's current context"
     try:
-        refused = refusals(ask(kubernetes.context, reviews(registered_kinds(world, template), world.namespace)))
+        kubectl = Kubectl(world.namespace, kubernetes.context, timeout=KUBECTL_TIMEOUT_S)
+        refused = refusals(ask(kubectl, reviews(registered_kinds(world, template), world.namespace)))
     except PermissionError as error:
         refused = [f"its credentials are rejected by the API server (expired or revoked?): {error}"]
     except (OSError, RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as error:

@@ -19,6 +19,7 @@ class Kubectl:
     namespace: str
     context: Optional[str] = None
     kubeconfig: Optional[str] = None
+    timeout: float = TIMEOUT_S  # seconds for each command
 
     def argv(self, *args: str) -> list[str]:
         where = [*(["--kubeconfig", self.kubeconfig] if self.kubeconfig else []),
@@ -26,7 +27,7 @@ class Kubectl:
         return ["kubectl", *where, *args]
 
     def run(self, *args: str, check: bool = True, input: Optional[str] = None) -> subprocess.CompletedProcess:
-        done = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=TIMEOUT_S, input=input)
+        done = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=self.timeout, input=input)
         if check and done.returncode != 0:
             raise KubectlError(f"kubectl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
         return done
