@@ -17,7 +17,9 @@ import pytest
 from torch.distributed import TCPStore
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
 from waiting import wait_for
-from trainer_testing import LONG_ARGS, SMOKE_ARGS, descendants, free_port, kill_tree, resumed_lines, start_store, store_at, worker_pids
+from trainer_testing import (
+    LONG_ARGS, SMOKE_ARGS, descendants, free_port, kill_tree, resumed_lines, start_store, stat_fields, store_at, worker_pids,
+)  # fmt: skip
 from pods_testing import (
     RESTARTS, SPARE_RUN, assert_both_ranks_end_with, results_of, start_pod, two_pods_past_step_16, wait_for_file,
 )  # fmt: skip
@@ -79,7 +81,7 @@ def test_sigterm_while_re_joining_ends_the_pod_and_the_torchrun_started_ahead(sp
 def runs(pid: int) -> bool:
     """Whether a process runs: it exists and is not a zombie (ended, its exit not yet collected)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        return stat_fields(Path(f"/proc/{pid}/stat"))[0] != "Z"
     except OSError:
         return False
 

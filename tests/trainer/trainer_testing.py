@@ -67,12 +67,18 @@ def pod_env(
     return env
 
 
+def stat_fields(stat: Path) -> list[str]:
+    """/proc/<pid>/stat's fields after the command's name (which may hold spaces and parentheses):
+    the state first, then the parent's pid. Raises OSError once the process is gone."""
+    return stat.read_text().rsplit(")", 1)[1].split()
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (torchrun puts its workers in sessions of their own)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields(stat)
         except OSError:
             continue
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
