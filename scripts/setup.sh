@@ -8,6 +8,9 @@
 #   3. the Pulumi CLI, its Python language host and the Kubernetes provider, and the cluster's
 #      Kubernetes components, etcd and CoreDNS, built from Go modules (toolchain/build.sh);
 #   4. the pause and trainer images, the trainer's from trainer/Dockerfile (toolchain/images.sh).
+# Steps 1 and 3 run in one lane, step 4 in another at the same time: the Go builds keep both cores
+# busy while the images' downloads and unpacking mostly wait on the network and the disk. Setup
+# fails if either lane does.
 # The cache lives outside the repository: $DDP_INFRA_CACHE, default ~/.cache/ddp-infra.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,18 +47,47 @@ fi
 # The venv is keyed on the pinned requirements and the interpreter: a change to either builds a new one.
 key=$( { cat "$root/requirements.txt" "$root/trainer/requirements.txt" "$root/trainer/requirements-transformers.txt" "$root/requirements-dev.txt"; "$python" -VV; } | sha256sum | cut -c1-16)
 venv="$cache/venv-$key"
-if [ ! -f "$venv/.complete" ]; then
-  echo "[setup] creating $venv"
-  rm -rf "$venv"
-  "$python" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet -r "$root/requirements-dev.txt"
-  touch "$venv/.complete"
-else
-  echo "[setup] virtualenv up to date: $venv"
-fi
-ln -sfn "$venv" "$root/.venv"
+virtualenv() {
+  if [ ! -f "$venv/.complete" ]; then
+    echo "[setup] creating $venv"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --upgrade pip
+    "$venv/bin/python" -m pip install --quiet -r "$root/requirements-dev.txt"
+    touch "$venv/.complete"
+  else
+    echo "[setup] virtualenv up to date: $venv"
+  fi
+  ln -sfn "$venv" "$root/.venv"
+}
+# The toolchain's build reads the Pulumi SDK's minimum CLI version from the virtualenv: it follows it.
+toolchain() {
+  virtualenv
+  "$root/toolchain/build.sh"
+}
 
-"$root/toolchain/build.sh"
-"$root/toolchain/images.sh"
+# lane NAME FUNCTION_OR_COMMAND...: runs it in the background (its lines carry their step's prefix).
+lane_pids=()
+lane_names=()
+lane() {
+  local name=$1
+  shift
+  "$@" &
+  lane_pids+=($!)
+  lane_names+=("$name")
+}
+# A SIGTERM (a CI time limit) ends the lanes' processes too, as Ctrl-C, sent to the whole group, does.
+descendants() { local child; for child in $(ps -o pid= --ppid "$1"); do descendants "$child"; echo "$child"; done; }
+stop_lanes() { kill $(for pid in "${lane_pids[@]}"; do descendants "$pid"; echo "$pid"; done) 2>/dev/null || true; }
+trap 'stop_lanes; exit 143' TERM
+lane toolchain toolchain
+lane images "$root/toolchain/images.sh"
+failed=()
+for i in "${!lane_pids[@]}"; do
+  wait "${lane_pids[$i]}" || failed+=("${lane_names[$i]}")
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "[setup] failed: ${failed[*]} (their lines above say why)" >&2
+  exit 1
+fi
 echo "[setup] done"
