@@ -1,6 +1,6 @@
-"""The local cluster itself: one Kubernetes version throughout, its own network namespace, and
-nothing left on the machine after it stops, also after a crashed run, without touching another
-cluster that runs beside it."""
+"""The local cluster itself: one Kubernetes version throughout, its own network namespace, images
+imported once for all the machine's clusters, and nothing left on the machine after it stops, also
+after a crashed run, without touching another cluster that runs beside it."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import pytest
 from cluster_testing import host_state
 
 from toolchain.cluster import CACHE, ClusterError, LocalCluster
+from toolchain.cluster import image_seed, local_cluster
+from toolchain.cluster.image_seed import ImageSeed
 from toolchain.cluster.processes import alive
 
 pytestmark = pytest.mark.timeout(600)
@@ -92,6 +94,36 @@ def test_an_image_of_an_earlier_build_leaves_the_store_with_whatever_names_it():
         assert cluster.in_namespace("true").returncode == 0
     finally:
         cluster.stop()
+
+
+def test_a_cluster_copies_the_images_another_imported_and_imports_none(monkeypatch, capsys):
+    """The machine's image seed (image_seed.py): the first cluster to import an image gives the seed a
+    copy of its store; the next one's store is a copy of the seed, its files hard links to the seed's,
+    and it imports nothing. The seed here is the test's own, and takes even the pause image."""
+    seed = ImageSeed(CACHE / "cluster" / "lifecycle-seed")
+    monkeypatch.setattr(local_cluster, "IMAGE_SEED", seed)
+    monkeypatch.setattr(image_seed, "WORTH_COPYING", 0)
+    first, second = LocalCluster("lifecycle-seeding", with_images=("pause",)), LocalCluster("lifecycle-seeded", with_images=("pause",))
+    homes = (first.home, second.home, seed.home)
+    for home in homes:
+        shutil.rmtree(home, ignore_errors=True)
+    try:
+        first.start()
+        pause = first.images["pause"]
+        assert f"[cluster] imported {pause} in " in capsys.readouterr().err
+        first.stop()
+        second.start()
+        assert "[cluster] imported" not in capsys.readouterr().err
+        assert pause in second.containerd.digests()
+        blobs = "root/io.containerd.content.v1.content/blobs/sha256"
+        copied = max((second.containerd.root / blobs).iterdir(), key=lambda blob: blob.stat().st_size)
+        assert copied.stat().st_ino == (seed.store / blobs / copied.name).stat().st_ino, "the copy is not made of the seed's files"
+        assert second.in_namespace("true").returncode == 0
+    finally:
+        first.stop()
+        second.stop()
+        for home in homes:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def test_a_cluster_that_stops_leaves_the_mounts_of_another_that_runs():

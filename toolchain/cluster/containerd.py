@@ -1,8 +1,8 @@
 """A node's container runtime: containerd inside the node's namespaces with the CNI bridge on the
 node's own pod subnet, and the images imported into its store (there is no registry to pull
 from). Node 0's store, `<cache>/cluster/<name>/containerd`, outlives the run, so an image is
-imported once; each other node's store is a copy of it made of hard links (clone_store), so the
-nodes share the images' files on disk."""
+imported once (or copied from the machine's image seed: image_seed.py); each other node's store
+is a copy of it made of hard links (copy_store), so the nodes share the images' files on disk."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ from .processes import ClusterError, Daemons
 # images nor evicts pods when the disk fills (node.py), so a full disk fails the pods' writes.
 STORE_FACTOR = 2.25
 HEADROOM = 4 * 2**30
+# In a store: the refs of the images its last import_images left there.
+RECORD = "images.json"
 
 
 class Containerd:
@@ -82,9 +84,12 @@ state = "/run/containerd"
         return subprocess.run(["ctr", "--address", self.socket, "-n", "k8s.io", *args],
                               capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
-    def import_images(self, images: dict[str, tuple[str, Path]]) -> None:
+    def import_images(self, images: dict[str, tuple[str, Path]]) -> list[str]:
+        """Imports the images the store lacks, removes those of other builds, and records what it
+        holds. Returns the refs it imported."""
         present = set(self.ctr("images", "ls", "-q").stdout.split())
         self.ensure_room({ref: tar for ref, tar in images.values() if ref not in present})
+        imported = []
         for ref, tar in images.values():
             if ref in present:
                 continue
@@ -93,7 +98,17 @@ state = "/run/containerd"
             if result.returncode != 0:
                 raise ClusterError(f"ctr images import {tar} failed:\n{result.stderr}")
             print(f"[cluster] imported {ref} in {time.monotonic() - began:.0f} s", file=sys.stderr)
-        self.prune({ref for ref, _ in images.values()})
+            imported.append(ref)
+        wanted = sorted(ref for ref, _ in images.values())
+        self.prune(set(wanted))
+        staged = self.root / f"{RECORD}.partial"
+        staged.write_text(json.dumps(wanted))
+        os.replace(staged, self.root / RECORD)  # a new file: a copy of this store made of hard links keeps its own
+        return imported
+
+    def recorded_images(self) -> set[str]:
+        """The refs the store's last import_images left there (none where it never ran)."""
+        return recorded_images(self.root)
 
     def ensure_room(self, imports: dict[str, Path]) -> None:
         """Refuses, before anything is imported, a store whose disk cannot take the images and the pods."""
@@ -124,25 +139,35 @@ state = "/run/containerd"
         if stale:
             self.ctr("images", "rm", "--sync", *stale, timeout=600)
 
-    def clone_store(self, source: Path) -> None:
-        """This store made a copy of `source` (a store no containerd runs on) out of hard links:
-        the images' blobs and unpacked layers are never written again, so both stores share them
-        on disk; the databases, which containerd writes in place, are copied."""
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.root.parent.mkdir(parents=True, exist_ok=True)
-        result = subprocess.run(["cp", "-a", "--link", str(source), str(self.root)], capture_output=True, text=True)
-        if result.returncode != 0:
-            raise ClusterError(f"copying the image store {source} failed:\n{result.stderr}")
-        # root/io.containerd.metadata.v1.bolt/meta.db, root/io.containerd.snapshotter.v1.overlayfs/metadata.db
-        for database in self.root.glob("root/*/*.db"):
-            copied = database.with_suffix(".db.copy")
-            shutil.copy2(database, copied)
-            os.replace(copied, database)
-
     def tag(self, source: str, target: str) -> None:
         result = self.ctr("images", "tag", "--force", source, target)
         if result.returncode != 0:
             raise ClusterError(f"ctr images tag {source} {target} failed:\n{result.stderr}")
+
+
+def recorded_images(store: Path) -> set[str]:
+    record = store / RECORD
+    return set(json.loads(record.read_text())) if record.exists() else set()
+
+
+def copy_store(source: Path, target: Path) -> None:
+    """`target` made a copy of the store `source` (no containerd running on either) out of hard
+    links: the images' blobs and unpacked layers are never written again, so both stores share
+    them on disk; the databases, which containerd writes in place, are copied. Built beside
+    `target` and renamed into place, so an interrupted copy is never taken for a store."""
+    staged = target.with_name(f"{target.name}.partial")
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.parent.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["cp", "-a", "--link", str(source), str(staged)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ClusterError(f"copying the image store {source} failed:\n{result.stderr}")
+    # root/io.containerd.metadata.v1.bolt/meta.db, root/io.containerd.snapshotter.v1.overlayfs/metadata.db
+    for database in staged.glob("root/*/*.db"):
+        copied = database.with_suffix(".db.copy")
+        shutil.copy2(database, copied)
+        os.replace(copied, database)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(staged, target)
 
 
 def _gb(size: float) -> str:

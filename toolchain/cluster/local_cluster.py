@@ -21,7 +21,8 @@ from toolchain.apiserver import find_tool, free_port, tool_dir
 from . import control_plane, credentials, faults, node
 from .addons import ADDONS, start_addon
 from .cgroups import ClusterCgroups
-from .containerd import Containerd
+from .containerd import Containerd, copy_store
+from .image_seed import ImageSeed
 from .namespaces import MountPoints, NodeNamespace, Switch, processes_in
 from .network import API_PORT, MAX_NODES
 from .cluster_node import ClusterNode
@@ -34,6 +35,8 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 
 
 PRODUCT_IMAGES = ("pause", "trainer")
+# The images every cluster of this machine copies rather than imports again (image_seed.py).
+IMAGE_SEED = ImageSeed(CACHE / "cluster" / ".image-seed")
 
 
 def image_archives() -> dict[str, tuple[str, Path]]:
@@ -188,18 +191,26 @@ class LocalCluster:
         self.node = self.nodes[0].namespace
 
     def _start_runtimes(self, images: dict[str, tuple[str, Path]]) -> None:
-        """Each node's containerd. The images go into node 0's store; the other nodes' stores are
-        copies of it made of hard links, taken while no containerd runs on it."""
+        """Each node's containerd. The images go into node 0's store, copied from the machine's image
+        seed or imported (and then given to the seed); the other nodes' stores are copies of it made of
+        hard links. A store is copied only while no containerd runs on it."""
         pause = images.get("pause", ("", None))[0]
         first = self.nodes[0]
-        first.containerd.start(self.daemons, first.namespace, first.pod_cidr, pause, time.monotonic() + 60)
-        first.containerd.import_images(images)
+        with IMAGE_SEED.held():
+            IMAGE_SEED.give(first.containerd, images)
+            first.containerd.start(self.daemons, first.namespace, first.pod_cidr, pause, time.monotonic() + 60)
+            imported = first.containerd.import_images(images)
+            if imported:
+                self.daemons.end([first.key("containerd")])
+                IMAGE_SEED.take(first.containerd)
         if len(self.nodes) == 1:
+            if imported:
+                first.containerd.start(self.daemons, first.namespace, first.pod_cidr, pause, time.monotonic() + 60)
             return
         self.daemons.end([first.key("containerd")])
         for each in self.nodes:
             if each.index:
-                each.containerd.clone_store(first.store)
+                copy_store(first.store, each.store)
             each.containerd.start(self.daemons, each.namespace, each.pod_cidr, pause, time.monotonic() + 60)
 
     def _wanted_images(self) -> dict[str, tuple[str, Path]]:

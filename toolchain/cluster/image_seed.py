@@ -1,0 +1,57 @@
+"""The images imported once for all the clusters of this machine. Importing the trainer's 2.7-GiB
+archive costs a cluster tens of seconds of CPU and about 5 GiB of disk, and each new build of the
+image had every cluster of a test run import it again. The seed is a store no containerd runs on,
+`<cache>/cluster/.image-seed/containerd`, a copy made of hard links of the last store that imported
+an image: a cluster whose store lacks an image that the seed holds takes a copy of the seed instead
+(containerd.copy_store: seconds, and no disk). A lock makes clusters that start at once import an
+image once: the first imports it, the others wait for it and copy."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from .containerd import Containerd, copy_store, recorded_images
+
+# Below this much to import, an import costs less than a copy of the seed (the pause image: 1 MiB).
+WORTH_COPYING = 64 * 2**20
+
+
+class ImageSeed:
+    def __init__(self, home: Path):
+        self.home = home
+        self.store = home / "containerd"
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """The seed to this process alone, while a cluster copies it or imports into its own store."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.home / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def give(self, target: Containerd, images: dict[str, tuple[str, Path]]) -> bool:
+        """Makes `target`'s store (no containerd running on it) a copy of the seed where the store lacks
+        images worth copying and the seed holds every image wanted, on the same file system (a store
+        on a disk of its own imports). Returns whether it did."""
+        wanted = {ref for ref, _ in images.values()}
+        missing = wanted - target.recorded_images()
+        if sum(tar.stat().st_size for ref, tar in images.values() if ref in missing) < WORTH_COPYING:
+            return False
+        if not wanted <= recorded_images(self.store) or not _same_file_system(self.store, target.root):
+            return False
+        copy_store(self.store, target.root)
+        return True
+
+    def take(self, source: Containerd) -> None:
+        """The seed made a copy of `source`'s store (no containerd running on it)."""
+        copy_store(source.root, self.store)
+
+
+def _same_file_system(store: Path, other: Path) -> bool:
+    while not other.exists():
+        other = other.parent
+    return store.exists() and os.stat(store).st_dev == os.stat(other).st_dev
