@@ -17,7 +17,8 @@ from cluster_testing import host_state
 
 from toolchain.cluster import CACHE, ClusterError, LocalCluster
 from toolchain.cluster import image_seed, local_cluster
-from toolchain.cluster.image_seed import ImageSeed
+from toolchain.cluster.containerd import RECORD, Containerd
+from toolchain.cluster.image_seed import WORTH_COPYING, ImageSeed
 from toolchain.cluster.processes import alive
 
 pytestmark = pytest.mark.timeout(600)
@@ -124,6 +125,38 @@ def test_a_cluster_copies_the_images_another_imported_and_imports_none(monkeypat
         second.stop()
         for home in homes:
             shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_seed_takes_what_is_worth_copying_and_gives_what_a_store_lacks(tmp_path):
+    """The seed's choices, on stores made of files (no containerd): what an import added is worth a copy
+    only past WORTH_COPYING; a store gets a copy where it lacks an image worth copying and the seed
+    holds every image it wants; a copy links the images' files and copies the databases."""
+    big, small = tmp_path / "big.tar", tmp_path / "small.tar"
+    with open(big, "wb") as sparse:
+        sparse.truncate(WORTH_COPYING)
+    small.write_bytes(b"\0" * 1024)
+    images = {"pause": ("pause:1", small), "trainer": ("trainer:1", big)}
+    blob, database = "root/io.containerd.content.v1.content/blobs/sha256/layer", "root/io.containerd.metadata.v1.bolt/meta.db"
+
+    def store(name: str, *refs: str) -> Containerd:
+        found = Containerd(tmp_path / "run", tmp_path / name / "containerd")
+        for path in (blob, database):
+            (found.root / path).parent.mkdir(parents=True, exist_ok=True)
+            (found.root / path).write_text(name)
+        (found.root / RECORD).write_text(json.dumps(refs))
+        return found
+
+    seed, imported = ImageSeed(tmp_path / "seed"), store("imported", "pause:1", "trainer:1")
+    assert not seed.worth_taking(images, ["pause:1"]) and seed.worth_taking(images, ["trainer:1"])
+    seed.take(imported)
+    lacking = store("lacking", "pause:1")
+    assert seed.give(lacking, images) and lacking.recorded_images() == {"pause:1", "trainer:1"}
+    assert (lacking.root / blob).stat().st_ino == (seed.store / blob).stat().st_ino == (imported.root / blob).stat().st_ino
+    assert (lacking.root / database).stat().st_ino != (seed.store / database).stat().st_ino
+    assert not seed.give(lacking, images)  # it holds them now
+    assert not seed.give(store("small", "trainer:1"), images)  # it lacks only the pause image
+    assert not seed.give(store("other", "pause:1"), {**images, "trainer": ("trainer:2", big)})  # the seed lacks trainer:2
+    assert not list(tmp_path.glob("*/*.partial")), "a copy left its staging directory"
 
 
 def test_a_cluster_that_stops_leaves_the_mounts_of_another_that_runs():

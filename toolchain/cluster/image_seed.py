@@ -26,8 +26,12 @@ class ImageSeed:
         self.store = home / "containerd"
 
     @contextmanager
-    def held(self) -> Iterator[None]:
-        """The seed to this process alone, while a cluster copies it or imports into its own store."""
+    def held(self, images: dict[str, tuple[str, Path]]) -> Iterator[None]:
+        """The seed to this process alone while a cluster that wants `images` copies it or imports them
+        into its own store; a cluster whose images are not worth copying goes on at once."""
+        if _size(images, {ref for ref, _ in images.values()}) < WORTH_COPYING:
+            yield
+            return
         self.home.mkdir(parents=True, exist_ok=True)
         with open(self.home / "lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -38,17 +42,25 @@ class ImageSeed:
         images worth copying and the seed holds every image wanted, on the same file system (a store
         on a disk of its own imports). Returns whether it did."""
         wanted = {ref for ref, _ in images.values()}
-        missing = wanted - target.recorded_images()
-        if sum(tar.stat().st_size for ref, tar in images.values() if ref in missing) < WORTH_COPYING:
+        if _size(images, wanted - target.recorded_images()) < WORTH_COPYING:
             return False
         if not wanted <= recorded_images(self.store) or not _same_file_system(self.store, target.root):
             return False
         copy_store(self.store, target.root)
         return True
 
+    def worth_taking(self, images: dict[str, tuple[str, Path]], imported: list[str]) -> bool:
+        """Whether a store that has just imported these of `images` is worth the seed's taking a copy of."""
+        return _size(images, set(imported)) >= WORTH_COPYING
+
     def take(self, source: Containerd) -> None:
         """The seed made a copy of `source`'s store (no containerd running on it)."""
         copy_store(source.root, self.store)
+
+
+def _size(images: dict[str, tuple[str, Path]], refs: set[str]) -> int:
+    """The size of the archives of these images."""
+    return sum(tar.stat().st_size for ref, tar in images.values() if ref in refs)
 
 
 def _same_file_system(store: Path, other: Path) -> bool:

@@ -196,15 +196,15 @@ class LocalCluster:
         hard links. A store is copied only while no containerd runs on it."""
         pause = images.get("pause", ("", None))[0]
         first = self.nodes[0]
-        with IMAGE_SEED.held():
+        with IMAGE_SEED.held(images):
             IMAGE_SEED.give(first.containerd, images)
             first.containerd.start(self.daemons, first.namespace, first.pod_cidr, pause, time.monotonic() + 60)
-            imported = first.containerd.import_images(images)
-            if imported:
+            taken = IMAGE_SEED.worth_taking(images, first.containerd.import_images(images))
+            if taken:
                 self.daemons.end([first.key("containerd")])
                 IMAGE_SEED.take(first.containerd)
         if len(self.nodes) == 1:
-            if imported:
+            if taken:
                 first.containerd.start(self.daemons, first.namespace, first.pod_cidr, pause, time.monotonic() + 60)
             return
         self.daemons.end([first.key("containerd")])
