@@ -114,3 +114,40 @@ def test_an_agent_whose_world_lost_a_member_counts_a_node_waiting_and_so_re_form
     (An elastic world's, on three nodes: tests/cluster/test_cluster_nodes.py.)"""
     assert a_world_loses_a_member("torch") == {"before": 0, "after": 0, "members": 1}
     assert a_world_loses_a_member("changed") == {"before": 0, "after": 1, "members": 1}
+
+
+NAMED = """
+import inspect, json
+from datetime import timedelta
+from torch.distributed import TCPStore
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous import dynamic_rendezvous as r
+from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+from trainer.pod.heartbeats import name_rendezvous_events_from_the_frame
+store = TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=10))
+params = RendezvousParameters("c10d", "127.0.0.1", "named", min_nodes=1, max_nodes=1, keep_alive_interval=1)
+handler = r.create_handler(store, C10dRendezvousBackend(store, "named"), params)
+names = []
+r.construct_and_record_rdzv_event = lambda name, **_: names.append(name)
+
+def heartbeats():
+    handler._keep_alive()  # what torchrun's keep-alive timer runs every second
+    handler._state_holder._record("sync")
+    taken, names[:] = list(names), []
+    return taken
+
+by_torch = heartbeats()
+name_rendezvous_events_from_the_frame()
+def no_stack(*_):
+    raise AssertionError("inspect.stack() called")
+inspect.stack = no_stack
+print(json.dumps([by_torch, heartbeats()]))
+"""
+
+
+def test_a_heartbeats_events_are_named_as_torch_names_them_without_inspecting_the_stack():
+    result = subprocess.run([sys.executable, "-c", NAMED], env=clean_env(), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    by_torch, by_frame = json.loads(result.stdout.strip().splitlines()[-1])
+    assert by_torch == ["DynamicRendezvousHandler._keep_alive", "_BackendRendezvousStateHolder.heartbeats"], by_torch
+    assert by_frame == by_torch

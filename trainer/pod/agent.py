@@ -38,7 +38,7 @@ def main(args: Sequence[str]) -> None:
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
 
-    from trainer.pod.heartbeats import re_form_without_a_gone_member, say_when_a_heartbeat_lapses
+    from trainer.pod.heartbeats import name_rendezvous_events_from_the_frame, re_form_without_a_gone_member, say_when_a_heartbeat_lapses
     from trainer.pod.spares import keep_spares_aside
 
     if held and sys.stdin.readline().strip() != GO:
@@ -48,6 +48,7 @@ def main(args: Sequence[str]) -> None:
     keep_spares_aside()
     say_when_a_heartbeat_lapses()
     re_form_without_a_gone_member()
+    name_rendezvous_events_from_the_frame()
     try:
         torchrun(args)
     except SignalException:
