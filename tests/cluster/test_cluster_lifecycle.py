@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -147,7 +148,7 @@ def test_the_seed_takes_what_is_worth_copying_and_gives_what_a_store_lacks(tmp_p
         return found
 
     seed, imported = ImageSeed(tmp_path / "seed"), store("imported", "pause:1", "trainer:1")
-    assert not seed.worth_taking(images, ["pause:1"]) and seed.worth_taking(images, ["trainer:1"])
+    assert not seed.worth_taking(imported, images, ["pause:1"]) and seed.worth_taking(imported, images, ["trainer:1"])
     seed.take(imported)
     lacking = store("lacking", "pause:1")
     assert seed.give(lacking, images) and lacking.recorded_images() == {"pause:1", "trainer:1"}
@@ -157,6 +158,14 @@ def test_the_seed_takes_what_is_worth_copying_and_gives_what_a_store_lacks(tmp_p
     assert not seed.give(store("small", "trainer:1"), images)  # it lacks only the pause image
     assert not seed.give(store("other", "pause:1"), {**images, "trainer": ("trainer:2", big)})  # the seed lacks trainer:2
     assert not list(tmp_path.glob("*/*.partial")), "a copy left its staging directory"
+    # A store on a file system of its own (a disk of its own: here tmpfs) neither gives nor gets a copy.
+    elsewhere = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        apart = Containerd(tmp_path / "run", elsewhere / "containerd")
+        assert os.stat(elsewhere).st_dev != os.stat(tmp_path).st_dev
+        assert not seed.give(apart, images) and not seed.worth_taking(apart, images, ["trainer:1"])
+    finally:
+        shutil.rmtree(elsewhere)
 
 
 def test_a_cluster_that_stops_leaves_the_mounts_of_another_that_runs():

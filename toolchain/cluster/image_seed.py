@@ -49,9 +49,10 @@ class ImageSeed:
         copy_store(self.store, target.root)
         return True
 
-    def worth_taking(self, images: dict[str, tuple[str, Path]], imported: list[str]) -> bool:
-        """Whether a store that has just imported these of `images` is worth the seed's taking a copy of."""
-        return _size(images, set(imported)) >= WORTH_COPYING
+    def worth_taking(self, source: Containerd, images: dict[str, tuple[str, Path]], imported: list[str]) -> bool:
+        """Whether `source`'s store, which has just imported these of `images`, is worth the seed's taking
+        a copy of, and can be copied to it (on its file system)."""
+        return _size(images, set(imported)) >= WORTH_COPYING and _same_file_system(self.home, source.root)
 
     def take(self, source: Containerd) -> None:
         """The seed made a copy of `source`'s store (no containerd running on it)."""
@@ -64,6 +65,9 @@ def _size(images: dict[str, tuple[str, Path]], refs: set[str]) -> int:
 
 
 def _same_file_system(store: Path, other: Path) -> bool:
+    """Whether hard links can join the two (the nearest directory that exists stands for each)."""
     while not other.exists():
         other = other.parent
-    return store.exists() and os.stat(store).st_dev == os.stat(other).st_dev
+    while not store.exists():
+        store = store.parent
+    return os.stat(store).st_dev == os.stat(other).st_dev

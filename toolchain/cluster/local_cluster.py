@@ -199,7 +199,7 @@ class LocalCluster:
         with IMAGE_SEED.held(images):
             IMAGE_SEED.give(first.containerd, images)
             first.containerd.start(self.daemons, first.namespace, first.pod_cidr, pause, time.monotonic() + 60)
-            taken = IMAGE_SEED.worth_taking(images, first.containerd.import_images(images))
+            taken = IMAGE_SEED.worth_taking(first.containerd, images, first.containerd.import_images(images))
             if taken:
                 self.daemons.end([first.key("containerd")])
                 IMAGE_SEED.take(first.containerd)
