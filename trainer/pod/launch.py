@@ -40,10 +40,6 @@ SPARE_UNUSED = 75
 # (a user's module may touch the GPU as it is imported, and a forked process cannot use a GPU its
 # parent initialised).
 _OWN_MODULES = "trainer."
-# DistributedDataParallel's constructor imports torch._dynamo (about 2 CPU-seconds), which torch's
-# own import leaves out: imported in the fork server, once a pod, not in every worker of every world
-# it forms. It starts no thread and asks nothing of a GPU as it is imported.
-_TORCH = ["torch", "torch._dynamo"]
 _NOT_PYTHON = ("--no-python", "--no_python", "--run-path", "--run_path")
 _START_METHOD = ("--start-method", "--start_method")
 
@@ -101,7 +97,7 @@ def worker_preload(agent_args: Sequence[str]) -> list[str]:
         return []
     after = target[1:]
     own = after[:1] == ["-m"] and len(after) > 1 and after[1].startswith(_OWN_MODULES)
-    return [*_TORCH, after[1]] if own else _TORCH
+    return ["torch", after[1]] if own else ["torch"]
 
 
 def held_back(argv: Sequence[str]) -> list[str]:
