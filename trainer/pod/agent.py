@@ -25,6 +25,7 @@ from typing import Sequence
 from trainer import console
 from trainer.contract import SPARE_PODS
 from trainer.pod.launch import AWAIT_START, GO, SPARE_UNUSED, worker_preload
+from trainer.pod.quick_exit import exit_status, leave
 
 
 def main(args: Sequence[str]) -> None:
@@ -189,4 +190,4 @@ _LOOK_TIMEOUT = 3.0
 
 # Guarded: every forked worker imports this module again, as multiprocessing's __mp_main__.
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    leave(exit_status(main, sys.argv[1:]))

@@ -30,6 +30,7 @@ DISABLE_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 # not in every worker at every restart of the world.
 AGENT_MODULE = "trainer.pod.agent"
 WORKER_SCRIPT = Path(__file__).with_name("worker.py").resolve()
+FORK_SERVER_EXIT = "trainer.pod.fork_server"  # imported last by the fork server: it leaves without teardown
 # The agent's own first argument: import, start the fork server, then hold back until the
 # entrypoint writes GO on its stdin; at the end of its stdin without one, it exits.
 AWAIT_START, GO = "--await-start", "go"
@@ -86,8 +87,9 @@ def torchrun_argv(
 
 def worker_preload(agent_args: Sequence[str]) -> list[str]:
     """The modules the workers' fork server imports, from the agent's arguments (those after
-    `-m trainer.pod.agent`); [] where no worker is forked: the user's command is not Python, or
-    their own start method, the last given, starts the workers."""
+    `-m trainer.pod.agent`), the last making it leave without teardown (trainer/pod/fork_server.py);
+    [] where no worker is forked: the user's command is not Python, or their own start method, the
+    last given, starts the workers."""
     options, _, target = _split(agent_args)
     if target[:1] != [str(WORKER_SCRIPT)]:
         return []
@@ -97,7 +99,7 @@ def worker_preload(agent_args: Sequence[str]) -> list[str]:
         return []
     after = target[1:]
     own = after[:1] == ["-m"] and len(after) > 1 and after[1].startswith(_OWN_MODULES)
-    return ["torch", after[1]] if own else ["torch"]
+    return ["torch", after[1], FORK_SERVER_EXIT] if own else ["torch", FORK_SERVER_EXIT]
 
 
 def held_back(argv: Sequence[str]) -> list[str]:

@@ -1,0 +1,125 @@
+"""The agent and its workers' fork server leave without tearing their interpreters down
+(trainer/pod/quick_exit.py): what they print and the status they end with are as before."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from trainer_testing import PYTHON, REPO, SMOKE_ARGS
+
+from trainer.entrypoint import torchrun_argv
+from trainer.pod.launch import worker_preload
+from trainer.pod.quick_exit import exit_status
+from waiting import wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+# A module whose object says, at the interpreter's teardown, that it was torn down.
+TEARDOWN_SENTINEL = """
+import os
+class _Sentinel:
+    def __del__(self, _write=os.write, _open=os.open, _path={path!r}):
+        _write(_open(_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), b"torn down\\n")
+sentinel = _Sentinel()
+"""
+
+
+def sentinel_module(where: Path) -> Path:
+    """teardown_sentinel.py in `where`, writing to `where`/torn-down at teardown."""
+    (where / "teardown_sentinel.py").write_text(TEARDOWN_SENTINEL.format(path=str(where / "torn-down")))
+    return where / "torn-down"
+
+
+def run_python(code: str, where: Path) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": f"{where}:{REPO}", "PATH": "/usr/bin:/bin"}
+    return subprocess.run([PYTHON, "-c", textwrap.dedent(code)], env=env, cwd=where, capture_output=True, text=True, timeout=50)
+
+
+@pytest.mark.parametrize(
+    "raised, status",
+    [(None, 0), (SystemExit(None), 0), (SystemExit(0), 0), (SystemExit(3), 3), (SystemExit("refused: --x"), 1),
+     (ValueError("bad"), 1), (KeyboardInterrupt(), 130)],  # fmt: skip
+)
+def test_the_status_is_the_one_the_interpreter_would_end_with(raised, status, capsys):
+    def main(args):
+        assert args == ["a"]
+        if raised is not None:
+            raise raised
+
+    assert exit_status(main, ["a"]) == status
+    err = capsys.readouterr().err
+    if isinstance(raised, SystemExit) and isinstance(raised.code, str):
+        assert err.strip() == "refused: --x"
+    if isinstance(raised, (ValueError, KeyboardInterrupt)):
+        assert "Traceback" in err and type(raised).__name__ in err
+
+
+def test_leave_runs_the_exit_functions_flushes_and_keeps_the_status_but_skips_the_teardown(tmp_path):
+    torn_down = sentinel_module(tmp_path)
+    ran = run_python(
+        """
+        import atexit, sys, teardown_sentinel
+        from trainer.pod.quick_exit import exit_status, leave
+        atexit.register(lambda: print("exit function ran", file=sys.stderr))
+        def main(args):
+            sys.stdout.write("buffered, no newline")
+            raise SystemExit(7)
+        leave(exit_status(main, []))
+        """,
+        tmp_path,
+    )
+    assert (ran.returncode, ran.stdout, ran.stderr) == (7, "buffered, no newline", "exit function ran\n")
+    assert not torn_down.exists()
+    # the control: the same process ending as the interpreter ends it tears the sentinel down
+    control = run_python("import teardown_sentinel", tmp_path)
+    assert control.returncode == 0 and torn_down.read_text() == "torn down\n"
+
+
+@pytest.mark.parametrize("product", [True, False])
+def test_the_fork_server_leaves_without_teardown_once_its_agent_is_gone(tmp_path, product):
+    """A real multiprocessing fork server with the agent's preload; without trainer.pod.fork_server
+    (the control) the same server tears its interpreter down."""
+    torn_down = sentinel_module(tmp_path)
+    preload = ["teardown_sentinel"] + (["trainer.pod.fork_server"] if product else [])
+    ran = run_python(
+        f"""
+        import multiprocessing, multiprocessing.forkserver as fs
+        multiprocessing.set_forkserver_preload({preload!r})
+        worker = multiprocessing.get_context("forkserver").Process(target=print, args=("worker ran",))
+        worker.start(); worker.join()
+        print(fs._forkserver._forkserver_pid)
+        """,
+        tmp_path,
+    )
+    assert ran.returncode == 0 and "worker ran" in ran.stdout, ran.stderr
+    server = int(ran.stdout.split()[-1])
+    wait_for(lambda: not Path(f"/proc/{server}").exists() or Path(f"/proc/{server}/stat").read_text().split()[2] == "Z",
+             30, "the fork server to end after its parent")  # fmt: skip
+    assert torn_down.exists() != product
+
+
+def test_every_fork_server_the_agent_starts_imports_the_quick_exit_last():
+    for user in (SMOKE_ARGS, ["-m", "mylab.train"], ["/abs/train.py"]):
+        assert worker_preload(torchrun_argv_of(user))[-1] == "trainer.pod.fork_server"
+
+
+def torchrun_argv_of(user: list[str]) -> list[str]:
+    from trainer_testing import pod_env
+    from trainer.entrypoint import resolve_world
+
+    world = resolve_world(pod_env("w-1", 29500, nnodes=2, nproc=2), "w-1")
+    return torchrun_argv(world, user)[3:]
+
+
+def test_the_agent_ends_with_torchruns_status_without_teardown(tmp_path):
+    """Arguments torchrun refuses: its usage error's status 2 and message, through the agent's
+    leave; the agent imported the sentinel at its start (sitecustomize) and never tore it down."""
+    torn_down = sentinel_module(tmp_path)
+    (tmp_path / "sitecustomize.py").write_text("import teardown_sentinel\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}
+    ran = subprocess.run([PYTHON, "-m", "trainer.pod.agent", "--nnodes=1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=50)
+    assert ran.returncode == 2 and "agent.py: error: the following arguments are required" in ran.stderr, ran.stderr
+    assert not torn_down.exists()
