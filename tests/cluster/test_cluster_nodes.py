@@ -452,6 +452,7 @@ class Losses:
         self.no_world_formed_since(f"the losses before {what}")
         assert job_condition(cluster) is None, f"the run ended before {what}"
         lost = pick(ranks(cluster))
+        present = {pod["metadata"]["name"] for pod in world_pods(cluster).values()} - {lost}
         seen = set(resumes(cluster))  # the lost pod's lines go with it: new ones are told by time and text, not by count
         lost_at = datetime.now(timezone.utc)
         self.at.append((lost_at, rendezvous_address(cluster, lost)))
@@ -470,6 +471,8 @@ class Losses:
         assert int(line.split("ckpt-")[1][:8]) >= before["step"], (what, line, before)
         assert "world of " not in line, line  # a resize says "world of N (was M)"; this world kept its size
         assert lost not in ranks(cluster).values(), f"a world of 2 formed without the lost pod: {'the spare' if self.spare else 'its replacement'} took its place"
+        if self.spare:  # the spare took the lost pod's place, not the Job's replacement: every pod of the new world was there before the loss
+            assert set(ranks(cluster).values()) <= present, (what, ranks(cluster), present)
         self.figures[what] = {"resumed": round((resumed_at - lost_at).total_seconds(), 1),
                               "first [TRAIN] line": round((trained_at - lost_at).total_seconds(), 1),
                               "spare and checkpoint awaited before": round((lost_at - waited_since).total_seconds(), 1)}  # fmt: skip
