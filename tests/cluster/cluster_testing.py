@@ -559,6 +559,11 @@ def ranks(cluster) -> dict[int, str]:
     return {int(match["rank"]): name for _, name, text in logged(cluster) if (match := _PROCESS.match(text))}
 
 
+def first_world_formed_at(cluster) -> datetime | None:
+    """When the first world's first process said its rank (`[DDP] process`): the rendezvous had formed."""
+    return min((at for at, _, text in logged(cluster) if _PROCESS.match(text)), default=None)
+
+
 def spares_waiting(cluster) -> int:
     """How many pods wait in the rendezvous as spares: its redundancy list, read in the store's pod."""
     store, port = next((name, pod["spec"]["containers"][0]["ports"][0]["containerPort"])
