@@ -18,6 +18,7 @@ from cluster_testing import DEV, ENGINE_COMMANDS, REPO, NAMESPACE, TEST_DOMAIN, 
 from pulumi_project import installed_plugins, provider_versions, toolchain_path
 from toolchain.apiserver import find_tool, tool_dir
 from toolchain.cluster import ADDONS, LocalCluster, image_archives
+from trainer import contract
 
 
 # The session fixtures' clusters this process started, named in its closing summary line.
@@ -89,10 +90,10 @@ def shapes_image(cluster):
 CONTROLLERS = ("jobset", "kueue", "volcano")
 
 
-def _unavailable(names: tuple[str, ...]) -> str | None:
+def _unavailable(names: tuple[str, ...], bin_dir: Path | None = None) -> str | None:
     """Why a controller is not in the toolchain, where toolchain/build.sh proved it cannot be built
     here (its UNAVAILABLE file quotes the proxy's answer); a controller missing otherwise fails."""
-    bin_dir = tool_dir()
+    bin_dir = bin_dir or tool_dir()
     for name in names:
         try:
             find_tool(ADDONS[name].manager, bin_dir)
@@ -105,10 +106,31 @@ def _unavailable(names: tuple[str, ...]) -> str | None:
     return None
 
 
+def available(names: tuple[str, ...], bin_dir: Path | None = None) -> tuple[str, ...]:
+    """The controllers of `names` a cluster starts with: all but those the proxy refused (_unavailable)."""
+    bin_dir = bin_dir or tool_dir()
+    return tuple(name for name in names if _unavailable((name,), bin_dir) is None)
+
+
 def require_managers(names: tuple[str, ...] = CONTROLLERS) -> None:
     """A skip only where a controller cannot be built here (_unavailable)."""
     if reason := _unavailable(names):
         pytest.skip(reason)
+
+
+def controllers_needed(marked: tuple[str, ...], params: dict) -> tuple[str, ...]:
+    """The controllers a journey needs: its `controllers` mark's, and JobSet's where it runs as a JobSet."""
+    return marked + (("jobset",) if params.get("kind") == contract.JOBSET else ())
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A journey skips for the controllers it needs alone, before its fixtures start anything: the
+    clusters start without a refused one, and the journeys that need none run as before."""
+    marker = item.get_closest_marker("controllers")
+    callspec = getattr(item, "callspec", None)
+    needed = controllers_needed(tuple(marker.args) if marker else (), callspec.params if callspec else {})
+    if needed:
+        require_managers(needed)
 
 
 @pytest.fixture(scope="session")
@@ -116,10 +138,9 @@ def controllers_cluster():
     """A cluster of its own with the JobSet and Kueue controllers and Volcano's scheduler. Without the
     trainer image only the pause image is imported: the controllers' mechanics are tested with it,
     the trainer's runs fail as the other cluster tests do."""
-    require_managers()
     images = True if image_archives()["trainer"][1].is_file() else ("pause",)
     # Named "jobset" as it was before it ran Kueue too: its image store is kept under that name.
-    with _running(LocalCluster("jobset", domain=TEST_DOMAIN, addons=CONTROLLERS, with_images=images)) as local:
+    with _running(LocalCluster("jobset", domain=TEST_DOMAIN, addons=available(CONTROLLERS), with_images=images)) as local:
         yield local
 
 
@@ -134,8 +155,7 @@ def nodes_cluster():
     plane's namespace), in two racks, with the Kueue controller for a topology of racks: the
     journeys across nodes and a node's faults. One module uses it: it stops once that module's
     journeys end, not at the end of the worker's session."""
-    addons = () if _unavailable(("kueue",)) else ("kueue",)
-    with _running(LocalCluster("nodes", domain=TEST_DOMAIN, nodes=3, node_labels=RACKS, addons=addons)) as local:
+    with _running(LocalCluster("nodes", domain=TEST_DOMAIN, nodes=3, node_labels=RACKS, addons=available(("kueue",)))) as local:
         yield local
 
 
@@ -162,8 +182,7 @@ def workload_api_cluster():
     JobSet controller, and the pause image only: the Job controller gangs every Indexed Job there
     whose parallelism equals its completions, so the other journeys run elsewhere. One module uses
     it: it stops once that module's journeys end, and idles no control plane for the rest of the run."""
-    require_managers()
-    with _running(LocalCluster("workload-api", domain=TEST_DOMAIN, addons=("jobset",), with_images=("pause",), workload_api=True)) as local:
+    with _running(LocalCluster("workload-api", domain=TEST_DOMAIN, addons=available(("jobset",)), with_images=("pause",), workload_api=True)) as local:
         yield local
 
 

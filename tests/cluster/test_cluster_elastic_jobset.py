@@ -8,7 +8,7 @@ import pytest
 
 from elastic_journey import journey
 
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.controllers("jobset")]
 
 
 def test_an_elastic_jobset_grows_shrinks_and_grows_again_and_trains_every_sample_once(

@@ -22,7 +22,7 @@ from cluster_testing import (
 )  # fmt: skip
 from trainer import contract
 
-pytestmark = pytest.mark.timeout(1500)
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.controllers("jobset")]
 
 JOBSET = {"workload__kind": contract.JOBSET}
 # The disrupted run at a pace (cluster_testing.paced): its whole world's restarts are Kubernetes' waits.

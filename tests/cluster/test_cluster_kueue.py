@@ -26,7 +26,7 @@ from kueue_testing import (
 from ddp_infra.config.scalars import parse_quantity
 from trainer import contract
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.controllers("kueue")]
 
 
 @pytest.fixture

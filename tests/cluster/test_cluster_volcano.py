@@ -18,7 +18,7 @@ import pytest
 from cluster_testing import NAMESPACE, WORKLOAD, apply, get, pause_pod_resources, pods, status_view, wait_for, world_pods, world_running
 from ddp_infra import gang
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.controllers("volcano")]
 
 QUEUE = "research"
 POD_CPU_MILLIS = 100
