@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
-from trainer_testing import PYTHON, REPO, SMOKE_ARGS
+from trainer_testing import PYTHON, REPO, SMOKE_ARGS, free_port
 
 from trainer.entrypoint import torchrun_argv
 from trainer.pod.launch import worker_preload
@@ -41,13 +42,15 @@ def run_python(code: str, where: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     "raised, status",
     [(None, 0), (SystemExit(None), 0), (SystemExit(0), 0), (SystemExit(3), 3), (SystemExit("refused: --x"), 1),
-     (ValueError("bad"), 1), (KeyboardInterrupt(), 130)],  # fmt: skip
+     (ValueError("bad"), 1), (KeyboardInterrupt(), 130), (5, 5), ("not a number", 0)],  # fmt: skip
 )
 def test_the_status_is_the_one_the_interpreter_would_end_with(raised, status, capsys):
+    """As `sys.exit(main(args))` ends: what main raised, or the number it returned."""
     def main(args):
         assert args == ["a"]
-        if raised is not None:
+        if isinstance(raised, BaseException):
             raise raised
+        return raised
 
     assert exit_status(main, ["a"]) == status
     err = capsys.readouterr().err
@@ -122,4 +125,23 @@ def test_the_agent_ends_with_torchruns_status_without_teardown(tmp_path):
     env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}
     ran = subprocess.run([PYTHON, "-m", "trainer.pod.agent", "--nnodes=1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=50)
     assert ran.returncode == 2 and "agent.py: error: the following arguments are required" in ran.stderr, ran.stderr
+    assert not torn_down.exists()
+
+
+def test_the_store_stops_on_sigterm_with_status_0_without_teardown(tmp_path):
+    """The store apart (trainer/pod/rendezvous_store.py), which imported torch for its TCPStore."""
+    torn_down = sentinel_module(tmp_path)
+    (tmp_path / "sitecustomize.py").write_text("import teardown_sentinel\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}
+    store = subprocess.Popen([PYTHON, "-m", "trainer.pod.rendezvous_store", str(free_port())], env=env, cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        assert "[RDZV] store listening on port" in store.stdout.readline()
+        store.send_signal(signal.SIGTERM)
+        assert store.wait(timeout=30) == 0
+        assert "SIGTERM: store on port" in store.stdout.read()
+    finally:
+        if store.poll() is None:
+            store.kill()
+            store.wait()
     assert not torn_down.exists()

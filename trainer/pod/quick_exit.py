@@ -2,11 +2,11 @@
 
 At its exit, an interpreter that imported torch frees its modules object by object: 1 to 1.5
 CPU-seconds, for memory the kernel takes back at once anyway (bench/bench_exit.py). Each world a
-pod starts has an agent and a fork server that paid it: a pod of two workers took 17.0 CPU-seconds
-from its start to its last process's end, and 12.3 without. The agent leaves through `leave` with
-the status the interpreter would have given it; the fork server, which the agent ends by going (its
-workers leave through os._exit already, multiprocessing's way), leaves at its exit once it imported
-`trainer.pod.fork_server`.
+pod starts has an agent and a fork server that paid it (a pod of two workers took 17.0 CPU-seconds
+from its start to its last process's end, and 12.3 without), and so did each store apart. The
+agent and the store leave through `leave` with the status the interpreter would have given them;
+the fork server, which the agent ends by going (its workers leave through os._exit already,
+multiprocessing's way), leaves at its exit once it imported `trainer.pod.fork_server`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Callable, NoReturn, Sequence
 
 
 def exit_status(main: Callable[[Sequence[str]], object], args: Sequence[str]) -> int:
-    """Runs main(args) and gives the status the interpreter would end with: a SystemExit's code
-    (its message printed, status 1, where it is not a number), 1 after an uncaught exception's
-    traceback, 130 after an interrupt, else 0."""
+    """Runs main(args) and gives the status `sys.exit(main(args))` would end with: the number main
+    returned (0 for anything else), a SystemExit's code (its message printed, status 1, where it is
+    not a number), 1 after an uncaught exception's traceback, 130 after an interrupt."""
     try:
-        main(args)
+        returned = main(args)
     except SystemExit as stop:
         if stop.code is None or isinstance(stop.code, int):
             return stop.code or 0
@@ -34,7 +34,7 @@ def exit_status(main: Callable[[Sequence[str]], object], args: Sequence[str]) ->
     except BaseException:
         sys.excepthook(*sys.exc_info())
         return 1
-    return 0
+    return returned if isinstance(returned, int) else 0
 
 
 def leave(status: int) -> NoReturn:

@@ -23,6 +23,7 @@ import signal
 import sys
 
 from trainer import console
+from trainer.pod.quick_exit import exit_status, leave
 
 USAGE = "python -m trainer.pod.rendezvous_store <port>"
 STOP = {signal.SIGTERM, signal.SIGINT}
@@ -62,4 +63,4 @@ def main(args: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    leave(exit_status(main, sys.argv[1:]))  # without tearing down the torch it imported (trainer/pod/quick_exit.py)
