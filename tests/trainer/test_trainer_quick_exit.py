@@ -1,5 +1,5 @@
-"""The agent and its workers' fork server leave without tearing their interpreters down
-(trainer/pod/quick_exit.py): what they print and the status they end with are as before."""
+"""The agent, its workers' fork server and the store apart leave without tearing their interpreters
+down (trainer/pod/quick_exit.py): what they print and the status they end with are as before."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from trainer_testing import PYTHON, REPO, SMOKE_ARGS, free_port
+from trainer_testing import PYTHON, REPO, SMOKE_ARGS, free_port, pod_env
 
-from trainer.entrypoint import torchrun_argv
+from trainer.entrypoint import resolve_world, torchrun_argv
 from trainer.pod.launch import worker_preload
 from trainer.pod.quick_exit import exit_status
 from waiting import wait_for
@@ -34,9 +34,16 @@ def sentinel_module(where: Path) -> Path:
     return where / "torn-down"
 
 
+def sentinel_env(where: Path, at_start: bool = False) -> dict[str, str]:
+    """An env whose Python imports from `where` (and the repository); at_start: every process
+    started with it imports the sentinel first (a sitecustomize)."""
+    if at_start:
+        (where / "sitecustomize.py").write_text("import teardown_sentinel\n")
+    return {"PYTHONPATH": f"{where}:{REPO}", "PATH": "/usr/bin:/bin"}
+
+
 def run_python(code: str, where: Path) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": f"{where}:{REPO}", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([PYTHON, "-c", textwrap.dedent(code)], env=env, cwd=where, capture_output=True, text=True, timeout=50)
+    return subprocess.run([PYTHON, "-c", textwrap.dedent(code)], env=sentinel_env(where), cwd=where, capture_output=True, text=True, timeout=50)
 
 
 @pytest.mark.parametrize(
@@ -110,9 +117,6 @@ def test_every_fork_server_the_agent_starts_imports_the_quick_exit_last():
 
 
 def torchrun_argv_of(user: list[str]) -> list[str]:
-    from trainer_testing import pod_env
-    from trainer.entrypoint import resolve_world
-
     world = resolve_world(pod_env("w-1", 29500, nnodes=2, nproc=2), "w-1")
     return torchrun_argv(world, user)[3:]
 
@@ -121,9 +125,7 @@ def test_the_agent_ends_with_torchruns_status_without_teardown(tmp_path):
     """Arguments torchrun refuses: its usage error's status 2 and message, through the agent's
     leave; the agent imported the sentinel at its start (sitecustomize) and never tore it down."""
     torn_down = sentinel_module(tmp_path)
-    (tmp_path / "sitecustomize.py").write_text("import teardown_sentinel\n")
-    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}
-    ran = subprocess.run([PYTHON, "-m", "trainer.pod.agent", "--nnodes=1"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=50)
+    ran = subprocess.run([PYTHON, "-m", "trainer.pod.agent", "--nnodes=1"], env=sentinel_env(tmp_path, at_start=True), cwd=tmp_path, capture_output=True, text=True, timeout=50)
     assert ran.returncode == 2 and "agent.py: error: the following arguments are required" in ran.stderr, ran.stderr
     assert not torn_down.exists()
 
@@ -131,9 +133,7 @@ def test_the_agent_ends_with_torchruns_status_without_teardown(tmp_path):
 def test_the_store_stops_on_sigterm_with_status_0_without_teardown(tmp_path):
     """The store apart (trainer/pod/rendezvous_store.py), which imported torch for its TCPStore."""
     torn_down = sentinel_module(tmp_path)
-    (tmp_path / "sitecustomize.py").write_text("import teardown_sentinel\n")
-    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}
-    store = subprocess.Popen([PYTHON, "-m", "trainer.pod.rendezvous_store", str(free_port())], env=env, cwd=tmp_path,
+    store = subprocess.Popen([PYTHON, "-m", "trainer.pod.rendezvous_store", str(free_port())], env=sentinel_env(tmp_path, at_start=True), cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         assert "[RDZV] store listening on port" in store.stdout.readline()
