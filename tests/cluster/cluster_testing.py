@@ -559,9 +559,10 @@ def ranks(cluster) -> dict[int, str]:
     return {int(match["rank"]): name for _, name, text in logged(cluster) if (match := _PROCESS.match(text))}
 
 
-def first_world_formed_at(cluster) -> datetime | None:
-    """When the first world's first process said its rank (`[DDP] process`): the rendezvous had formed."""
-    return min((at for at, _, text in logged(cluster) if _PROCESS.match(text)), default=None)
+def first_world_formed_at(lines: list[tuple[datetime, str, str]]) -> datetime | None:
+    """When, in the world's `logged` lines, the first world's first process said its rank
+    (`[DDP] process`): the rendezvous had formed."""
+    return min((at for at, _, text in lines if _PROCESS.match(text)), default=None)
 
 
 def spares_waiting(cluster) -> int:

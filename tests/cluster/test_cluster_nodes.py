@@ -437,8 +437,9 @@ class Losses:
         the pod joins again (a live pod's heartbeat was seen 5.1 s old in the run's first minutes,
         three clusters starting beside it)."""
         self.no_world_formed_since("the last loss")
-        formed_at = first_world_formed_at(self.cluster)
-        gone = [(at, name, text) for at, name, text in logged(self.cluster) if " counted as gone, " in text and formed_at and at > formed_at]
+        lines = logged(self.cluster)
+        formed_at = first_world_formed_at(lines)
+        gone = [(at, name, text) for at, name, text in lines if " counted as gone, " in text and formed_at and at > formed_at]
         assert [row for row in gone if not any(lost_at < row[0] and f": {address} (" in row[2] for lost_at, address in self.at)] == [], gone
 
     def lose(self, what: str, pick, fail, within: float = 120) -> str:
@@ -474,9 +475,10 @@ class Losses:
         # the same size, from the newest checkpoint there was (a SIGTERM writes one more, where it stopped)
         assert int(line.split("ckpt-")[1][:8]) >= before["step"], (what, line, before)
         assert "world of " not in line, line  # a resize says "world of N (was M)"; this world kept its size
-        assert lost not in ranks(cluster).values(), f"a world of 2 formed without the lost pod: {'the spare' if self.spare else 'its replacement'} took its place"
+        resumed_world = ranks(cluster)
+        assert lost not in resumed_world.values(), f"a world of 2 formed without the lost pod: {'the spare' if self.spare else 'its replacement'} took its place"
         if self.spare:  # the spare took the lost pod's place, not the Job's replacement: every pod of the new world was there before the loss
-            assert set(ranks(cluster).values()) <= present, (what, ranks(cluster), present)
+            assert set(resumed_world.values()) <= present, (what, resumed_world, present)
         self.figures[what] = {"resumed": round((resumed_at - lost_at).total_seconds(), 1),
                               "first [TRAIN] line": round((trained_at - lost_at).total_seconds(), 1),
                               "spare and checkpoint awaited before": round((lost_at - waited_since).total_seconds(), 1)}  # fmt: skip

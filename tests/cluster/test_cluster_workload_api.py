@@ -34,6 +34,11 @@ def bound(cluster) -> list[str]:
     return [name for name, pod in pods(cluster, NAMESPACE).items() if pod["spec"].get("nodeName")]
 
 
+def owning_jobs(cluster) -> set[str]:
+    """The uids of the Jobs that own the world's pods."""
+    return {pod["metadata"]["ownerReferences"][0]["uid"] for pod in world_pods(cluster).values()}
+
+
 def pod_group(cluster) -> dict:
     """The PodGroup the world's pods name (the Job controller makes it, with a name of its own)."""
     (name,) = {pod["spec"]["schedulingGroup"]["podGroupName"] for pod in world_pods(cluster).values()}
@@ -85,11 +90,11 @@ def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api
     workload_api_pause_stack.up(nodes=3, workload__kind=kind, **NO_GANG)
     wait_for(lambda: len(world_pods(cluster)) == 3 and all("schedulingGroup" in pod["spec"] for pod in world_pods(cluster).values()),
              120, "the control world's 3 pods, each in the Job controller's PodGroup", interval=1)  # fmt: skip
-    control_job = {pod["metadata"]["ownerReferences"][0]["uid"] for pod in world_pods(cluster).values()}
+    control_job = owning_jobs(cluster)
     time.sleep(10)  # the scheduler has had tries
     assert bound(cluster) == [], "the control world is held back whole as well"
     workload_api_pause_stack.up(nodes=3, workload__kind=kind, **GANG)
-    assert {pod["metadata"]["ownerReferences"][0]["uid"] for pod in world_pods(cluster).values()} == control_job, "the same Job: the stack wrote the same objects"
+    assert owning_jobs(cluster) == control_job, "the same Job: the stack wrote the same objects"
     wait_for(lambda: len(world_pods(cluster)) == 3, 120, "the Job's controller to create 3 pods", interval=1)
     why = wait_for(lambda: (c := scheduled_condition(cluster)) and c["status"] == "False" and c, 120,
                    "the scheduler to try the world of 3 and record why it waits", interval=1)  # fmt: skip
