@@ -18,6 +18,7 @@ KUBERNETES_POD_GROUPS = "podgroups.scheduling.k8s.io"  # the Workload API's, mad
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 
 TRAINER_CONTAINER = "trainer"
+WORKLOAD_KINDS = ("Job", "StatefulSet", "JobSet")  # the kinds whose controllers create the world's pods (a JobSet's Jobs)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,10 @@ class WorldState:
     # Nodes under live pods that are not Ready or are gone: the API may still call those pods
     # Running while nothing of them runs.
     lost_nodes: tuple[str, ...] = ()
+    # Why the workload's controller could not create a pod it wants (a quota, a PodSecurity or an
+    # admission policy's refusal), in its newest FailedCreate event.
+    cannot_create: Optional[str] = None
+    exists: bool = True  # False: the workload is not in the cluster (deleted, or a finished one past its TTL)
 
     @property
     def live_pods(self) -> dict[int, PodState]:
@@ -79,7 +84,8 @@ class WorldState:
 
     def waits(self) -> list[str]:
         found = [f"pod {pod.index} ({pod.name}): {pod.waiting}" for pod in self.pods if pod.live and pod.waiting]
-        return ([self.held] if self.held else []) + found + list(self.claims)
+        refused = [f"cannot create pods: {self.cannot_create}"] if self.cannot_create else []
+        return ([self.held] if self.held else []) + refused + found + list(self.claims)
 
 
 def read_world(kubectl: Kubectl, world: WorldRef) -> WorldState:
@@ -92,6 +98,8 @@ def read_world(kubectl: Kubectl, world: WorldRef) -> WorldState:
         held=_held(kubectl, world, workload, pods),
         claims=tuple(_claims_not_binding(kubectl, pods)),
         lost_nodes=tuple(_lost_nodes_read(kubectl, states)),
+        cannot_create=_cannot_create_read(kubectl, world, workload, states),
+        exists=workload is not None,
     )
 
 
@@ -195,6 +203,43 @@ def _held(kubectl: Kubectl, world: WorldRef, workload: Optional[dict[str, Any]],
     return None
 
 
+def wanted_pods(kind: str, workload: Optional[dict[str, Any]]) -> int:
+    """How many pods the workload's controller keeps at once: a Job's parallelism, a StatefulSet's
+    replicas, a JobSet's over its replicated Jobs."""
+    spec = (workload or {}).get("spec", {})
+    if kind == contract.STATEFULSET:
+        return spec.get("replicas", 1)
+    if kind == contract.JOBSET:
+        return sum(job.get("replicas", 1) * job["template"]["spec"].get("parallelism", 1) for job in spec.get("replicatedJobs") or [])
+    return spec.get("parallelism", 1)
+
+
+def _cannot_create_read(kubectl: Kubectl, world: WorldRef, workload: Optional[dict[str, Any]], pods: tuple[PodState, ...]) -> Optional[str]:
+    """Only looked for while the workload has fewer pods than it wants and no queue holds it."""
+    live = sum(pod.live for pod in pods)
+    if workload is None or workload.get("spec", {}).get("suspend") or live >= wanted_pods(world.kind, workload):
+        return None
+    events = _readable(kubectl, "events", "--field-selector", "reason=FailedCreate")
+    return failed_create(world.name, events, [pod.created for pod in pods])
+
+
+def failed_create(workload: str, events: list[dict[str, Any]], created: list[str]) -> Optional[str]:
+    """The newest FailedCreate event of the workload or of a Job it owns (a JobSet's are named
+    `<jobset>-<replicated job>`), unless a pod was created after it (the refusal is over)."""
+    ours = [e for e in events if e["involvedObject"].get("kind") in WORKLOAD_KINDS
+            and (e["involvedObject"].get("name") == workload or e["involvedObject"].get("name", "").startswith(workload + "-"))]  # fmt: skip
+    if not ours:
+        return None
+    newest = max(ours, key=_event_time)
+    if created and max(created) > _event_time(newest):
+        return None
+    return newest.get("message", "").strip() or newest.get("reason", "FailedCreate")
+
+
+def _event_time(event: dict[str, Any]) -> str:
+    return event.get("lastTimestamp") or event.get("eventTime") or event.get("metadata", {}).get("creationTimestamp", "")
+
+
 def _lost_nodes_read(kubectl: Kubectl, pods: tuple[PodState, ...]) -> list[str]:
     """Only the nodes of live pods are read; nothing is said where nodes cannot be read (a user whose
     role reaches the namespace only)."""
@@ -255,8 +300,7 @@ def claim_reasons(pods: list[dict[str, Any]], claims: list[dict[str, Any]], even
             continue
         if claim.get("status", {}).get("phase") != "Pending":
             continue
-        warnings = sorted((e for e in events if e["involvedObject"].get("name") == name and e.get("type") == "Warning"),
-                          key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")  # fmt: skip
+        warnings = sorted((e for e in events if e["involvedObject"].get("name") == name and e.get("type") == "Warning"), key=_event_time)
         if warnings:
             reasons.append(f"claim {name} Pending: {warnings[-1].get('reason', '')}: {warnings[-1].get('message', '')}")
     return reasons

@@ -97,3 +97,31 @@ def test_a_node_lost_under_a_live_pod_is_named_with_the_node_controllers_words_a
     # a Node object deleted under a pod that is still bound to it
     assert world_state.lost_nodes(pods, [_node("n0", "True")]) == ["n1 is gone (its Node object was deleted), pods 1 (trainer-1-x), 2 (trainer-2-x)"]
     assert world_state.lost_nodes(pods, [_node("n0", "True"), _node("n1", "True")]) == []
+
+
+QUOTA = 'pods "trainer-1-x7k2p" is forbidden: exceeded quota: one-pod, requested: pods=1, used: pods=1, limited: pods=1'
+
+
+def failed_create(kind: str, name: str, message: str, at: str) -> dict:
+    return {"involvedObject": {"kind": kind, "name": name}, "reason": "FailedCreate", "type": "Warning", "message": message, "lastTimestamp": at}
+
+
+def test_a_pod_the_controller_cannot_create_is_said_in_its_newest_event_until_a_pod_is_created_after_it():
+    events = [failed_create("Job", "trainer", "an older refusal", "2026-11-28T10:00:00Z"), failed_create("Job", "trainer", QUOTA, "2026-11-28T10:00:30Z"),
+              failed_create("Job", "other", "another workload's", "2026-11-28T10:01:00Z"),
+              failed_create("ReplicaSet", "trainer-rdzv-store-5d8f", "the store's, not a pod of the world", "2026-11-28T10:01:00Z")]  # fmt: skip
+    assert world_state.failed_create("trainer", events, ["2026-11-28T10:00:00Z"]) == QUOTA
+    assert world_state.failed_create("trainer", events, ["2026-11-28T10:00:31Z"]) is None  # the refusal is over
+    # a JobSet's pods are created by its Job, named after it
+    jobset = [failed_create("Job", "trainer-workers", QUOTA, "2026-11-28T10:00:30Z")]
+    assert world_state.failed_create("trainer", jobset, []) == QUOTA
+    assert world_state.failed_create("trainer", [], []) is None
+
+
+def test_the_pods_a_workload_wants_are_counted_as_its_controller_counts_them():
+    assert world_state.wanted_pods("job", {"spec": {"parallelism": 3}}) == 3
+    assert world_state.wanted_pods("statefulset", {"spec": {"replicas": 4}}) == 4
+    jobset = {"spec": {"replicatedJobs": [{"replicas": 1, "template": {"spec": {"parallelism": 5}}}]}}
+    assert world_state.wanted_pods("jobset", jobset) == 5
+    refused = world_state.WorldState(pods=(), ended=None, held=None, cannot_create=QUOTA)
+    assert refused.waits() == [f"cannot create pods: {QUOTA}"]
