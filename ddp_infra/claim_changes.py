@@ -6,7 +6,7 @@ unretained claim's data; a retained claim cannot be replaced at all (the old one
 same name), so `pulumi up` would stop halfway, after the workload was already being replaced.
 
 The stack records the claims it creates in its `claims` output. The next run reads that record
-back through a StackReference to the stack itself (the outputs of its last deployment) and stops
+back through a StackReference to the stack itself (program.last_deployment) and stops
 with what changed and what to do instead, while a preview still shows it. Growing a claim is an
 in-place update; a new claim name is a new claim, and neither is refused.
 """
@@ -59,10 +59,8 @@ def claim_change_problems(previous: Mapping[str, Any], storage: StorageConfig, n
     return problems
 
 
-def refuse_claim_changes(storage: StorageConfig, namespace: str) -> pulumi.Output[None]:
+def refuse_claim_changes(storage: StorageConfig, namespace: str, last_deployment: pulumi.StackReference) -> pulumi.Output[None]:
     """Resolves once the claims may be registered; fails with ClaimChangeRefused otherwise."""
-    itself = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
-    previous = pulumi.StackReference(f"{pulumi.get_stack()}-last-deployment", stack_name=itself)
 
     def check(recorded: Optional[Mapping[str, Any]]) -> None:
         problems = claim_change_problems(recorded or {}, storage, namespace)
@@ -75,7 +73,7 @@ def refuse_claim_changes(storage: StorageConfig, namespace: str) -> pulumi.Outpu
                 "copy its data over, then delete it yourself)"
             )
 
-    return previous.get_output(CLAIMS_OUTPUT).apply(check)
+    return last_deployment.get_output(CLAIMS_OUTPUT).apply(check)
 
 
 def _shown(value: Optional[str]) -> str:

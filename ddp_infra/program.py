@@ -15,9 +15,9 @@ from .components import DdpTrainingStack, DdpTrainingStackArgs
 from .config import KubernetesConfig, StackConfig
 from .fit import require_world_fits
 from .pod import pod_template
-from .ready_watch import watch_while_waiting
 from .reachability import require_reachable_cluster
 from .world import World
+from .world_wait import WORLD_STATE_OUTPUT, world_state
 
 # Where, under the render directory, the namespace's manifest goes: before the provider's 1-manifest/.
 NAMESPACE_RENDER_SUBDIR = "0-namespace"
@@ -77,6 +77,12 @@ def namespace_provider(config: KubernetesConfig) -> Optional[k8s.Provider]:
     return kubernetes_provider(config, "k8s-namespace", NAMESPACE_RENDER_SUBDIR) if config.render_dir else None
 
 
+def last_deployment() -> pulumi.StackReference:
+    """The stack itself, as its last deployment left it: the outputs the next run reads back."""
+    itself = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+    return pulumi.StackReference(f"{pulumi.get_stack()}-last-deployment", stack_name=itself)
+
+
 def build(config: StackConfig) -> dict[str, Any]:
     """Register every resource of the stack; return the stack outputs."""
     require_reachable_cluster(config.kubernetes, pulumi.get_stack())
@@ -86,17 +92,20 @@ def build(config: StackConfig) -> dict[str, Any]:
     require_access(world, template)
     require_world_fits(world, template)
     provider = kubernetes_provider(config.kubernetes)
+    last = last_deployment()
     stack = DdpTrainingStack(
         "ddp",
         DdpTrainingStackArgs(
             world=world,
             pod_template=template,
             retained_provider=retained_provider(config.kubernetes),
-            claim_changes_allowed=refuse_claim_changes(config.storage, world.namespace),
+            claim_changes_allowed=refuse_claim_changes(config.storage, world.namespace, last),
             namespace_provider=None if config.storage.namespace_retained else namespace_provider(config.kubernetes),
         ),
         opts=pulumi.ResourceOptions(providers=[provider]),
     )
-    watch_while_waiting(world)
-    # read back by the next run's refuse_claim_changes
-    return {**stack.outputs, CLAIMS_OUTPUT: recorded_claims(config.storage, world.namespace)}
+    return {
+        **stack.outputs,
+        CLAIMS_OUTPUT: recorded_claims(config.storage, world.namespace),  # read back by the next run's refuse_claim_changes
+        WORLD_STATE_OUTPUT: world_state(world, stack.trainer.workload, last, stack),
+    }

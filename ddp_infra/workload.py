@@ -14,8 +14,9 @@ from . import gang
 from .names import CONTAINER_NAME, WAIT_FOR_ANNOTATION
 from .world import World
 
-# What `pulumi up` waits for when it does not wait for the pods: the controller has taken the
-# workload. skipAwait would be quicker, but it also skips waiting for a replaced world's deletion.
+# What the provider waits for: the controller has taken the workload (`up` then waits for the world
+# itself as workload.waitFor says: ddp_infra/world_wait.py). skipAwait would be quicker, but it also
+# skips waiting for a replaced world's deletion.
 ACCEPTED = {
     contract.STATEFULSET: "jsonpath={.status.observedGeneration}",
     contract.INDEXED_JOB: "jsonpath={.status.startTime}",
@@ -26,21 +27,12 @@ ACCEPTED = {
 # (A JobSet's controller writes its Jobs' status while they are suspended too.)
 ACCEPTED_SUSPENDED = {contract.INDEXED_JOB: "jsonpath={.status.conditions}", contract.JOBSET: ACCEPTED[contract.JOBSET]}
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
-# What `pulumi up` waits for when it waits for the pods (`workload.waitForReady`), where the
-# provider's own await cannot be bounded: its Job await restarts its timeout at every event of the
-# Job or its pods (pulumi-kubernetes provider/pkg/await/job.go, a time.After inside its loop), so
-# readyTimeout never ends the wait on a world that cannot run (seen: still waiting 5 minutes past a
-# 60-s readyTimeout). With a waitFor the provider's generic await applies, bounded by the timeout.
-READY = {contract.INDEXED_JOB: "condition=Complete"}
 
 
 def workload_metadata(world: World) -> dict[str, Any]:
     annotations = {**world.extra_annotations, **gang.workload_annotations(world)}
-    if not world.config.workload.wait_for_ready:
-        accepted = ACCEPTED_SUSPENDED if gang.starts_suspended(world) else ACCEPTED
-        annotations[WAIT_FOR_ANNOTATION] = accepted[world.workload_kind]
-    elif world.workload_kind in READY:
-        annotations[WAIT_FOR_ANNOTATION] = READY[world.workload_kind]
+    accepted = ACCEPTED_SUSPENDED if gang.starts_suspended(world) else ACCEPTED
+    annotations[WAIT_FOR_ANNOTATION] = accepted[world.workload_kind]
     metadata: dict[str, Any] = {
         "name": world.workload_name,
         "namespace": world.namespace,

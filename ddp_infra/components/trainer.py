@@ -8,18 +8,10 @@ its SIGTERM checkpoint), then creates the new one, which resumes from that check
 never a world that mixes pods of two shapes, one-pod-at-a-time roll, or two worlds writing one
 `/out/<run>`; the rendezvous id carries the shape as well.
 
-What `pulumi up` waits for (`workload.waitForReady`, default false):
-
-- not waiting is the default: the workload carries `pulumi.com/waitFor`, met as soon as its
-  controller has taken it (a Job's start time, a StatefulSet's observed generation, a JobSet's
-  replicated Jobs' status). A training
-  pod's readiness says little, the provider awaits a Job until it *completes* (hours), and pulling
-  a large image onto 64 nodes outlasts the provider's 10-minute default. The stack outputs give the
-  kubectl commands that show where the run stands and follow rank 0. (`pulumi.com/skipAwait` would
-  also skip waiting for the old world's deletion, so a replacement could start beside it.)
-- `waitForReady: true` makes `pulumi up` wait until every replica is Ready (a Job: until it
-  completes), up to `workload.readyTimeout` (customTimeouts for create and update), and say
-  meanwhile why the world is not ready yet (ddp_infra/ready_watch.py).
+The provider waits only until the workload's controller has taken it (`pulumi.com/waitFor`: a
+Job's start time, a StatefulSet's observed generation, a JobSet's replicated Jobs' status), not
+`pulumi.com/skipAwait`, which would also skip waiting for the old world's deletion. `up` then waits
+for the world itself, as `workload.waitFor` says (ddp_infra/world_wait.py).
 
 A finished Job is deleted by Kubernetes after `workload.ttlSecondsAfterFinished`. Pulumi does
 not notice until a refresh; after `pulumi refresh` the next `pulumi up` creates the Job again,
@@ -36,7 +28,6 @@ import pulumi
 from trainer import contract
 
 from .. import gang
-from ..config import WorkloadConfig
 from ..workload import JOBSET_API_VERSION, workload_manifest
 from ..world import World
 from .base import Component
@@ -61,7 +52,6 @@ class Trainer(Component):
         other_types = [token for kind, token in TYPES.items() if kind != args.world.workload_kind]
         workload_options = self.child(
             *([self.pod_group] if self.pod_group else []),
-            custom_timeouts=_timeouts(args.world.config.workload),
             delete_before_replace=True,
             replace_on_changes=["spec"],
             # The workload as another kind is this same resource: a kind switch is a replace too.
@@ -77,10 +67,3 @@ TYPES = {
     contract.STATEFULSET: type_token("apps/v1", "StatefulSet"),
     contract.JOBSET: type_token(JOBSET_API_VERSION, "JobSet"),
 }
-
-
-def _timeouts(workload: WorkloadConfig) -> Optional[pulumi.CustomTimeouts]:
-    if not workload.wait_for_ready:
-        return None  # the waitFor annotation applies
-    timeout = workload.ready_timeout
-    return pulumi.CustomTimeouts(create=timeout, update=timeout)

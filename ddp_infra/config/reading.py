@@ -41,6 +41,7 @@ def _problems_from(error: ValidationError, prefix: list[str | int]) -> list[Prob
         allowed = (
             ctx.get("allowed")
             or _integer_range(path, detail["type"])
+            or _section_keys(path, detail["type"])
             or re.sub(r"^(Input should be|Value error,)\s*", "", detail["msg"])
         )
         problems.append(Problem(full_key(path), given, allowed))
@@ -64,6 +65,22 @@ def _integer_range(path: list[str | int], error_type: str) -> Optional[str]:
     return f"an integer from {low} to {high}" if high is not None else f"an integer from {low}"
 
 
+def _section_keys(path: list[str | int], error_type: str) -> Optional[str]:
+    """For a key its section does not have: the keys it has."""
+    field = _field_at(path[:-1]) if error_type == "extra_forbidden" else None
+    model = _model_of(field) if field is not None else None
+    if model is None:
+        return None
+    return f"a key of {full_key(path[:-1])}: " + ", ".join(f.alias or name for name, f in model.model_fields.items())
+
+
+def _model_of(field: Any) -> Any:
+    """The model a field holds, where it holds one (Optional[Model] and list[Model] included)."""
+    inner = [field.annotation, *get_args(field.annotation)]
+    inner += [arg for candidate in list(inner) for arg in get_args(candidate)]  # Optional[list[Model]]
+    return next((t for t in inner if isinstance(t, type) and issubclass(t, BaseModel)), None)
+
+
 def _field_at(path: list[str | int]) -> Any:
     """The model field a config path names (list indices skipped), or None."""
     model: Any = StackConfig
@@ -75,9 +92,7 @@ def _field_at(path: list[str | int]) -> Any:
         field = fields.get(part)
         if field is None:
             return None
-        inner = [field.annotation, *get_args(field.annotation)]
-        inner += [arg for candidate in list(inner) for arg in get_args(candidate)]  # Optional[list[Model]]
-        model = next((t for t in inner if isinstance(t, type) and issubclass(t, BaseModel)), None)
+        model = _model_of(field)
     return field
 
 

@@ -9,7 +9,7 @@ from pydantic import AfterValidator, Field, model_validator
 from trainer import contract
 
 from .nodes import MAX_NODES
-from .scalars import Duration, Model, WorkloadName, field_problem, pattern
+from .scalars import Model, WorkloadName, field_problem, pattern
 
 
 class RunConfig(Model):
@@ -61,10 +61,18 @@ class WorkloadConfig(Model):
         description="job (an Indexed Job that runs to completion), statefulset (pods kept up, restarted after the run ends) or jobset (a JobSet of one Indexed Job: any pod's failure restarts the whole world; needs the JobSet controller).",
     )
     name: WorkloadName = Field("trainer", description="Name of the StatefulSet, Job or JobSet; the Service is <name>-rdzv.")
-    wait_for_ready: bool = Field(
-        False, description="Make `pulumi up` wait for every pod to be Ready (job: for the Job to complete), saying meanwhile why the world is not ready yet."
+    wait_for: Literal["none", "admitted", "running"] = Field(
+        "admitted",
+        description="What `pulumi up` waits for once the workload is deployed, saying meanwhile why the world waits, and "
+        "ends with the world's state in one line (the worldState output): none (one look), admitted (the least pods it "
+        "trains with placed on nodes, past any queue) or running (that many pods running).",
     )
-    ready_timeout: Duration = Field("30m", description="How long `pulumi up` waits when waitForReady is true.")
+    wait_seconds: int = Field(
+        120, ge=1, le=_DAY, description="The most seconds `pulumi up` waits for waitFor; a world not there by then is a warning with its reason."
+    )
+    wait_failure: Literal["warn", "error"] = Field(
+        "warn", description="What a world that did not get to waitFor within waitSeconds, or that failed, makes of `pulumi up`: a warning, or an error that fails it."
+    )
     termination_grace_period_seconds: int = Field(
         120, ge=0, le=3600, description="Time a pod gets after SIGTERM to write a checkpoint."
     )

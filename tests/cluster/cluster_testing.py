@@ -135,6 +135,13 @@ class EngineStack:
         self.outputs = json.loads(self.project.stack_outputs(self.stack).stdout)
         return _kubernetes_objects(evaluate(values))
 
+    def refresh(self) -> None:
+        """`pulumi refresh --run-program`: the resources read back from the cluster, and the stack's
+        outputs computed again by the program."""
+        self.project.run("refresh", "--run-program", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never")
+        ENGINE_COMMANDS.append("refresh")
+        self.outputs = json.loads(self.project.stack_outputs(self.stack).stdout)
+
     def destroy(self) -> None:
         self.project.run("destroy", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never")
         ENGINE_COMMANDS.append("destroy")

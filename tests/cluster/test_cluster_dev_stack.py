@@ -27,8 +27,13 @@ pytestmark = pytest.mark.timeout(1200)
 
 
 def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack, tmp_path):
-    dev_stack.up()
+    dev_stack.up(workload__waitFor="running")
+    # `up` waited for the world to run and ended saying so, as its worldState output does
+    assert f"\n    world: admitted and running ({NODES}/{NODES} pods" in dev_stack.up_output, dev_stack.up_output
+    assert dev_stack.outputs["worldState"].startswith(f"admitted and running ({NODES}/{NODES} pods")
     assert wait_for(lambda: job_condition(cluster), 600, "the Job to end", interval=3) == "Complete"
+    dev_stack.refresh()  # the program looks again
+    assert dev_stack.outputs["worldState"] == "completed"
     names = {index: pod["metadata"]["name"] for index, pod in world_pods(cluster).items()}
     assert sorted(names) == list(range(NODES))
     done = {index: done_lines(all_logs(cluster, NAMESPACE, name)) for index, name in names.items()}

@@ -1,7 +1,7 @@
 """The fit check (ddp_infra/fit.py) on a real node, through the real engine: a world the node can
 never hold is refused by `pulumi preview` and `pulumi up` before anything exists; asked to warn
 instead, `up` creates it and the pod that cannot fit waits, unscheduled, which `up`, waiting for the
-world to be ready (ddp_infra/ready_watch.py), says before it times out.
+world to run (ddp_infra/world_wait.py), says, and fails with at the end of its wait.
 
 The pods run the pause binary, each asking for the node's whole CPU: the node holds one of them.
 On the controllers' cluster, whose journeys leave room in the run for this one.
@@ -35,11 +35,13 @@ def test_a_world_the_node_can_never_hold_is_refused_before_anything_exists_unles
     assert warned.returncode == 0, warned.describe()
     assert "the world may not fit the cluster: ddp-infra:nodes asks for 2 pods at once" in warned.output
 
-    # Created anyway and waited for: `pulumi up` says why the world is not ready, then times out.
+    # Created anyway and waited for: `pulumi up` says why the world does not run, and fails at the
+    # end of its wait, as workload.waitFailure asks.
     with pytest.raises(UpFailed) as timed_out:
-        stack.up(**whole_node, scheduling__fitCheck="warn", workload__waitForReady=True, workload__readyTimeout="60s")
+        stack.up(**whole_node, scheduling__fitCheck="warn", workload__waitFor="running", workload__waitSeconds="30", workload__waitFailure="error")
     output = timed_out.value.result.output
-    assert "the world is not ready yet: pod 1 (" in output and "): not scheduled: 0/1 nodes are available: 1 Insufficient cpu" in output, output
+    assert "waiting for the world to be running: unschedulable: 0/1 nodes are available: 1 Insufficient cpu" in output, output
+    assert "error: world: not running after 30 s: unschedulable: 0/1 nodes are available: 1 Insufficient cpu" in output, output
     waiting = wait_for(lambda: _one_running_one_unscheduled(cluster), 180, "one pod running and the other unscheduled")
     assert "Insufficient cpu" in waiting, waiting
 

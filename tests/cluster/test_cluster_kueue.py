@@ -58,7 +58,7 @@ def test_kueue_admits_a_world_whole_or_not_at_all(controllers_cluster, quota, pa
     assert "the world's 4 pods together ask more than Kueue ClusterQueue worlds (LocalQueue team-a) can ever admit:" in refused.output
     assert "pods: 4 asked, at most 3 (flavor default-flavor: nominal quota 3)" in refused.output, refused.describe()
     # ...and, asked to only warn, held back whole. The old world is gone first (replace, delete first).
-    pause_stack.up(nodes=4, **queued, scheduling__fitCheck="warn")
+    pause_stack.up(nodes=4, **queued, scheduling__fitCheck="warn", workload__waitFor="none")
     held = held_back(cluster, kind)
     assert "insufficient quota for pods" in condition(held, "QuotaReserved")["message"], held["status"]
     assert "admission" not in held["status"]
@@ -83,18 +83,22 @@ def test_kueue_admits_a_world_whole_or_not_at_all(controllers_cluster, quota, pa
 
 
 @pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
-def test_up_returns_while_the_world_waits_in_its_queue(controllers_cluster, quota, controllers_dev_image, controllers_stack, kind):
-    """`pulumi up` of a world its queue cannot hold yet (the fit check only warning)
-    returns once the controller has taken the suspended workload, instead of waiting for Kueue."""
+def test_up_ends_saying_the_world_waits_in_its_queue_in_kueues_words(controllers_cluster, quota, controllers_dev_image, controllers_stack, kind):
+    """`pulumi up` of a world its queue cannot hold yet (the fit check only warning) waits
+    `workload.waitSeconds` for it to be admitted, then ends with a warning that quotes Kueue,
+    and the `worldState` output says the same."""
     cluster = controllers_cluster
     quota(1)
     queued = queued_namespace(cluster, "team-a")
     started = time.monotonic()
-    controllers_stack.up(nodes=2, workload__kind=kind, **queued, **SMALL_PODS, scheduling__fitCheck="warn")
+    controllers_stack.up(nodes=2, workload__kind=kind, **queued, **SMALL_PODS, scheduling__fitCheck="warn", workload__waitSeconds="10")
     returned_after = time.monotonic() - started
     held = held_back(cluster, kind)
     assert "insufficient quota for pods" in condition(held, "QuotaReserved")["message"], held["status"]
     assert suspended(cluster, kind) and pods(cluster, NAMESPACE) == {}
+    said = f"warning: world: not admitted after 10 s: queued: {kind} {WORKLOAD} is suspended: Kueue holds it (Pending: "
+    assert said in controllers_stack.up_output and "insufficient quota for pods" in controllers_stack.up_output, controllers_stack.up_output
+    assert controllers_stack.outputs["worldState"].startswith(f"queued: {kind} {WORKLOAD} is suspended: Kueue holds it (Pending: ")
     print(f"\n[figures] Kueue ({kind}): pulumi up returned {returned_after:.1f} s after it began, "
           "the world held back in its queue")  # fmt: skip
 
@@ -153,7 +157,7 @@ def test_kueue_places_a_world_within_one_domain_of_its_topology_level_or_holds_i
     node = json.loads(cluster.kubectl("get", "node", cluster.node_name, "-o", "json").stdout)
     too_big = f"{int(parse_quantity(node['status']['allocatable']['cpu']) * 750)}m"  # 3/4 of it each
     pause_stack.up(nodes=2, scheduling__topology={"level": RACK}, **{**queued, "resources__requests__cpu": too_big},
-                   scheduling__fitCheck="warn")  # fmt: skip
+                   scheduling__fitCheck="warn", workload__waitFor="none")  # fmt: skip
     held = held_back(cluster, contract.INDEXED_JOB)
     reason = condition(held, "QuotaReserved")["message"]
     assert f'topology "{TOPOLOGY}" allows to fit only 1 out of 2 pod(s)' in reason, held["status"]
@@ -169,7 +173,8 @@ def test_kueue_places_a_world_within_one_domain_of_its_topology_level_or_holds_i
     assert placement(workload) == {cluster.node_name: 2}, workload["status"]
     wait_for(lambda: world_running(cluster, 2), 300, "both pods Running", interval=1)
     one_host = {"level": BLOCK, "slice": {"level": HOSTNAME, "size": 2}}
-    pause_stack.up(nodes=2, scheduling__topology=one_host, **{**queued, "resources__requests__cpu": too_big}, scheduling__fitCheck="warn")
+    pause_stack.up(nodes=2, scheduling__topology=one_host, **{**queued, "resources__requests__cpu": too_big},
+                   scheduling__fitCheck="warn", workload__waitFor="none")  # fmt: skip
     held = held_back(cluster, contract.INDEXED_JOB)
     assert f'topology "{TOPOLOGY}" doesn\'t allow to fit any of 1 slice(s)' in condition(held, "QuotaReserved")["message"], held["status"]
     assert suspended(cluster, contract.INDEXED_JOB) and pods(cluster, NAMESPACE) == {}

@@ -133,7 +133,7 @@ def test_kueue_places_a_world_within_the_rack_with_room_or_holds_back_one_no_rac
     wait_for(lambda: world_running(cluster, 2), 120, "both pods Running", interval=1)
     assert set(nodes_of_the_world(cluster).values()) == rack_a
 
-    nodes_pause_stack.up(nodes=3, scheduling__topology={"level": RACK}, **queued)
+    nodes_pause_stack.up(nodes=3, scheduling__topology={"level": RACK}, **queued, workload__waitFor="none")
     held = kueue.held_back(cluster, contract.INDEXED_JOB)
     reason = kueue.condition(held, "QuotaReserved")["message"]
     assert f'topology "{kueue.TOPOLOGY}" allows to fit only 2 out of 3 pod(s)' in reason, held["status"]
@@ -367,7 +367,7 @@ def the_world_across_nodes(cluster, stack, run_args: list[str], **changes: str) 
     for name in schedulable:
         cluster.kubectl("cordon", name)
     try:
-        documents = stack.up(**settings, scheduling__fitCheck="warn")
+        documents = stack.up(**settings, scheduling__fitCheck="warn", workload__waitFor="none")  # placed once uncordoned
         wait_for(lambda: [p["spec"].get("nodeName") for p in pods(cluster, NAMESPACE, store=True).values() if is_store_pod(p)] == [control_plane],
                  120, "the store's pod placed on node 0")  # fmt: skip
     finally:

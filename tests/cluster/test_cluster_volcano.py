@@ -71,7 +71,7 @@ def test_volcano_binds_a_world_whole_or_not_at_all(controllers_cluster, capabili
     assert f"the world's 4 pods together ask more than Volcano Queue {QUEUE} can ever admit:" in refused.output, refused.describe()
     assert f"cpu: {4 * POD_CPU_MILLIS}m asked, at most {3 * POD_CPU_MILLIS}m (capability {3 * POD_CPU_MILLIS}m)" in refused.output
     # ...and, asked to only warn, created: the Job's controller creates all 4 pods; none of them is bound.
-    pause_stack.up(nodes=4, **queued, scheduling__fitCheck="warn")
+    pause_stack.up(nodes=4, **queued, scheduling__fitCheck="warn", workload__waitFor="none")
     group = pod_group(cluster)
     assert group["spec"]["minMember"] == 4 and group["spec"]["minResources"]["cpu"] == f"{4 * POD_CPU_MILLIS}m"
     wait_for(lambda: len(pods(cluster, NAMESPACE)) == 4, 120, "the Job's controller to create 4 pods", interval=1)

@@ -87,13 +87,13 @@ def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api
     # Workload API the gang is the cluster's. What `kubernetes` adds is at preview (the cluster
     # must serve the API; a StatefulSet, an elastic world and spare pods are refused), not in the
     # objects: the `up` that sets it after leaves the Job as it was.
-    workload_api_pause_stack.up(nodes=3, workload__kind=kind, **NO_GANG)
+    workload_api_pause_stack.up(nodes=3, workload__kind=kind, **NO_GANG, workload__waitFor="none")
     wait_for(lambda: len(world_pods(cluster)) == 3 and all("schedulingGroup" in pod["spec"] for pod in world_pods(cluster).values()),
              120, "the control world's 3 pods, each in the Job controller's PodGroup", interval=1)  # fmt: skip
     control_job = owning_jobs(cluster)
     time.sleep(10)  # the scheduler has had tries
     assert bound(cluster) == [], "the control world is held back whole as well"
-    workload_api_pause_stack.up(nodes=3, workload__kind=kind, **GANG)
+    workload_api_pause_stack.up(nodes=3, workload__kind=kind, **GANG, workload__waitFor="none")
     assert owning_jobs(cluster) == control_job, "the same Job: the stack wrote the same objects"
     wait_for(lambda: len(world_pods(cluster)) == 3, 120, "the Job's controller to create 3 pods", interval=1)
     why = wait_for(lambda: (c := scheduled_condition(cluster)) and c["status"] == "False" and c, 120,

@@ -110,7 +110,8 @@ MALFORMED = [
     ("run-name-path", {"run.name": "../escape"}, "ddp-infra:run.name", "'../escape'"),
     ("workload-kind", {"workload.kind": "deployment"}, "ddp-infra:workload.kind", "'deployment'"),
     ("workload-name-long", {"workload.name": "t" * 53}, "ddp-infra:workload.name", "'ttt"),
-    ("ready-timeout", {"workload.readyTimeout": "soon"}, "ddp-infra:workload.readyTimeout", "'soon'"),
+    ("wait-for", {"workload.waitFor": "ready"}, "ddp-infra:workload.waitFor", "'ready'"),
+    ("wait-seconds", {"workload.waitSeconds": "0"}, "ddp-infra:workload.waitSeconds", "'0'"),
     ("hang-floor-zero", {"workload.hangTimeout.floorSeconds": "0"}, "ddp-infra:workload.hangTimeout.floorSeconds", "'0'"),
     ("hang-ceiling-below-floor", {"workload.hangTimeout": {"floorSeconds": "60", "ceilingSeconds": "30"}},
      "ddp-infra:workload.hangTimeout.ceilingSeconds", "30"),
@@ -313,7 +314,7 @@ def test_every_problem_is_reported_at_once():
 
 @pulumi.runtime.test
 def test_the_cli_string_form_of_numbers_and_booleans_is_accepted():
-    values = malformed({"nodes": "64", "workload.waitForReady": "true", "namespace.create": "false"})
+    values = malformed({"nodes": "64", "workload.waitSeconds": "300", "namespace.create": "false"})
     evaluation = harness.evaluate(values)
     assert evaluation.error is None, str(evaluation.error)
     assert evaluation.outputs["nodes"] == 64
@@ -329,6 +330,18 @@ def test_an_unknown_key_is_answered_with_every_key_a_stack_may_set():
     (line,) = [str(p) for p in evaluation.error.problems if p.key == "ddp-infra:node"]
     listed = set(line.split("allowed: a known key: ", 1)[1].split(", "))
     assert listed == {field.alias for field in StackConfig.model_fields.values()}, line
+
+
+@pytest.mark.parametrize("key", ["workload.waitForReady", "workload.liveness.period"])
+@pulumi.runtime.test
+def test_a_key_its_section_lacks_is_answered_with_the_keys_it_has(key):
+    """A stack file written for an earlier release (workload.waitForReady, now workload.waitFor) learns what to write instead."""
+    (problem,) = harness.evaluate(malformed({key: "true"})).error.problems
+    section, _, _ = key.rpartition(".")
+    assert problem.key == f"ddp-infra:{key}"
+    assert problem.allowed.startswith(f"a key of ddp-infra:{section}: "), problem.allowed
+    keys = problem.allowed.split(": ", 1)[1].split(", ")
+    assert ("waitFor" in keys) == (section == "workload") and ("seconds" in keys) == (section == "workload.liveness"), keys
 
 
 NODES = "a number of pods from 1 to 1024, or a range MIN:MAX of them with MIN < MAX for an elastic world (e.g. 64 or 32:64)"

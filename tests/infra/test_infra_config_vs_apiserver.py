@@ -674,7 +674,7 @@ def config_reference():
 # connection, how long it waits, what it keeps), or a choice the program turns into objects of its
 # own (a kind, a scheduler, a boolean). Every claim takes the same keys as storage.outputs.
 NOT_PUT_IN_OBJECTS = (
-    "kubernetes.renderDir", "kubernetes.context", "workload.readyTimeout", "workload.waitForReady", "workload.kind",
+    "kubernetes.renderDir", "kubernetes.context", "workload.waitFor", "workload.waitSeconds", "workload.waitFailure", "workload.kind",
     "scheduling.fitCheck", "scheduling.gang.scheduler", "scheduling.topologySpread.enabled", "namespace.create",
     "network.infiniband", "network.asyncErrorHandling", "pod.readOnlyRootFilesystem",
     "storage.datasets.*", "storage.models.*", "storage.outputs.create", "storage.outputs.retainOnDelete",

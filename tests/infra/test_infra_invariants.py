@@ -334,7 +334,7 @@ def test_same_resources_and_identical_claims_whatever_nodes(stack, kind):
         ("workload.kind", "job"),
         ("workload.kind", "jobset"),
         ("workload.name", "renamed"),
-        ("workload.waitForReady", "true"),
+        ("workload.waitFor", "running"),
         ("rendezvous.port", "29600"),
         ("labels", {"team": "nlp"}),
         ("env", {"EXTRA": "1"}),
@@ -383,30 +383,25 @@ def test_existing_claims_and_namespace_are_used_not_managed():
     assert evaluation.workload.manifest["metadata"]["namespace"] == "shared"
 
 
-@pytest.mark.parametrize("wait", [False, True])
+@pytest.mark.parametrize("wait", ["none", "running"])
 @pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
 @pulumi.runtime.test
-def test_waiting_for_pods_is_a_choice(wait, kind):
-    values = harness.with_path(harness.stack_file_config("dev"), "workload.waitForReady", str(wait).lower())
-    values = harness.with_path(values, "workload.readyTimeout", "45m")
+def test_the_provider_waits_only_until_the_controller_has_taken_the_workload(wait, kind):
+    """`up` waits for the world itself (ddp_infra/world_wait.py), whatever workload.waitFor says: a
+    Job's own await would last until it completes, and restarts its timeout at every event."""
+    values = harness.with_path(harness.stack_file_config("dev"), "workload.waitFor", wait)
     values = harness.with_path(values, "workload.kind", kind)
     workload = harness.evaluate(values).workload
     annotations = workload.manifest["metadata"].get("annotations", {})
     # skipAwait would also skip waiting for the old world's deletion when the workload is replaced
     assert "pulumi.com/skipAwait" not in annotations
-    if wait:
-        # a Job waits for Complete through a waitFor: the provider's own Job await never times out
-        assert annotations.get("pulumi.com/waitFor") == {"job": "condition=Complete"}.get(kind), annotations
-        assert workload.custom_timeouts == {"create": "45m", "update": "45m"}
-    else:
-        # accepted by its controller is enough: a Job's default await lasts until it completes
-        started = {
-            "job": "jsonpath={.status.startTime}",
-            "statefulset": "jsonpath={.status.observedGeneration}",
-            "jobset": "jsonpath={.status.replicatedJobsStatus}",
-        }
-        assert annotations["pulumi.com/waitFor"] == started[kind]
-        assert workload.custom_timeouts == {}
+    started = {
+        "job": "jsonpath={.status.startTime}",
+        "statefulset": "jsonpath={.status.observedGeneration}",
+        "jobset": "jsonpath={.status.replicatedJobsStatus}",
+    }
+    assert annotations["pulumi.com/waitFor"] == started[kind]
+    assert workload.custom_timeouts == {}
 
 
 @pulumi.runtime.test

@@ -95,7 +95,7 @@ def test_the_config_reference_is_generated_from_the_model():
     assert reference.START in page, "docs/configuration.md has no config-reference markers"
     assert reference.region(page) == reference.table(), "run scripts/config_reference.py --write docs/configuration.md"
     keys = [row[0] for row in reference.rows()]
-    assert {"nodes", "storage.outputs.protect", "workload.waitForReady", "hfToken"} <= set(keys)
+    assert {"nodes", "storage.outputs.protect", "workload.waitFor", "hfToken"} <= set(keys)
 
 
 @pulumi.runtime.test
