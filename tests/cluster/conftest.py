@@ -16,6 +16,7 @@ import yaml
 
 from cluster_testing import DEV, ENGINE_COMMANDS, REPO, NAMESPACE, TEST_DOMAIN, EngineStack, delete_namespace, pause_stack as paused, pod_reference_result
 from pulumi_project import installed_plugins, provider_versions, toolchain_path
+from refusals import refusal
 from toolchain.apiserver import find_tool, tool_dir
 from toolchain.cluster import ADDONS, LocalCluster, image_archives
 from trainer import contract
@@ -98,10 +99,8 @@ def _unavailable(names: tuple[str, ...], bin_dir: Path | None = None) -> str | N
         try:
             find_tool(ADDONS[name].manager, bin_dir)
         except FileNotFoundError as missing:
-            unavailable = bin_dir / "UNAVAILABLE"
-            refused = [line for line in unavailable.read_text().splitlines() if line.startswith(f"{name}:")] if unavailable.exists() else []
-            if refused:
-                return f"the {name} controller is not in the toolchain ({unavailable}): {refused[0]}"
+            if said := refusal(name, bin_dir):
+                return f"the {name} controller is not in the toolchain ({said})"
             pytest.fail(f"{missing}: run `make setup` (toolchain/build.sh)", pytrace=False)
     return None
 

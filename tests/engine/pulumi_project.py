@@ -23,6 +23,7 @@ import yaml
 
 from ddp_infra.names import PROJECT
 from demo.stack import PROGRAM_DIRS, PROGRAM_FILES, file_backend_url
+from refusals import skip_if_refused_else_fail
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT_DIRS = (*PROGRAM_DIRS, "stacks")
@@ -68,12 +69,7 @@ def require_tool(name: str, path: str) -> str:
 
 
 def _missing(name: str, what: str) -> None:
-    unavailable = toolchain_bin_dir() / "UNAVAILABLE"
-    lines = unavailable.read_text().splitlines() if unavailable.exists() else []
-    refused = [line for line in lines if line.startswith(f"{name}:")]
-    if refused:
-        pytest.skip(f"`{name}` is not available here ({unavailable}): {refused[0]}")
-    pytest.fail(f"`{name}` {what}: run `make setup` (toolchain/build.sh), or install it", pytrace=False)
+    skip_if_refused_else_fail(name, toolchain_bin_dir(), f"`{name}` {what}")
 
 
 def pinned(package: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 import pytest
 
 from infra_harness import evaluate, evaluated, evaluated_with, pod_template_of
+from refusals import skip_if_refused_else_fail
 from waiting import wait_for
 from ddp_infra import cluster_apis, gang
 from toolchain.apiserver import LocalApiServer, find_tool, tool_dir
@@ -37,7 +38,7 @@ def install_crds(api: LocalApiServer, addon: ControllerAddOn) -> None:
     try:
         manager = find_tool(addon.manager, tool_dir())
     except FileNotFoundError as missing:
-        pytest.skip(f"{addon.name}'s CRDs come with its controller, which the toolchain lacks: {missing}")
+        skip_if_refused_else_fail(addon.name, tool_dir(), f"{addon.name}'s CRDs come with its controller, which the toolchain lacks: {missing}")
     crds = [doc for doc in addon.api_objects(addon.install_manifests(manager)) if doc["kind"] == "CustomResourceDefinition"]
     kubectl(api, "apply", "--server-side", "-f", "-", documents=crds)
     wait_established(api, addon.crds)
@@ -208,7 +209,7 @@ def volcano_crds(api) -> None:
     """Volcano's PodGroup and Queue CRDs, which build.sh keeps from Volcano's module (a skip without them)."""
     crds = tool_dir() / "volcano-crds"
     if not crds.is_dir():
-        pytest.skip(f"Volcano's CRDs are not in the toolchain ({crds}): run `make setup`")
+        skip_if_refused_else_fail(volcano.VOLCANO.name, tool_dir(), f"Volcano's CRDs are not in the toolchain ({crds})")
     documents = volcano.crds(crds)
     kubectl(api, "apply", "--server-side", "-f", "-", documents=documents)
     wait_established(api, [doc["metadata"]["name"] for doc in documents])
