@@ -22,6 +22,7 @@ bench:
 	$(PY) bench/bench_reform.py
 	$(PY) bench/bench_threads.py
 	$(PY) bench/bench_exit.py
+	$(PY) bench/bench_fork_server.py
 	$(PY) bench/bench_gpu.py
 	$(PY) bench/bench_gpu_pod.py
 	$(PY) bench/bench_gpu_spare.py

@@ -36,6 +36,7 @@ from trainer_testing import (  # noqa: E402
 )  # fmt: skip
 
 from trainer import contract as c  # noqa: E402
+from trainer.pod.fork_server import NAME as FORK_SERVER_NAME  # noqa: E402
 
 SETUPS = {"forked (the product)": [], "spawned (torchrun's own)": ["--start-method=spawn"]}
 MARKS = (("process group", "[DDP] process"), ("[TRAIN]", "[TRAIN]"))
@@ -60,6 +61,8 @@ def role(pid: int) -> str:
         return "gone"
     if comm.startswith("trainer."):
         return comm  # a training process, named after its module
+    if comm == FORK_SERVER_NAME:
+        return "fork server"  # forked from the agent: the agent's command line
     for module, name in (("multiprocessing.forkserver", "fork server"), ("trainer.pod.agent", "torchrun"), ("trainer.entrypoint", "entrypoint")):
         if module in argv:
             return name

@@ -25,6 +25,7 @@ from pods_testing import (
 )  # fmt: skip
 
 from trainer import contract as c
+from trainer.pod.fork_server import NAME as FORK_SERVER_NAME
 
 
 @pytest.mark.timeout(360)
@@ -51,6 +52,9 @@ def test_losing_pod_0_and_its_store_re_forms_the_world_around_its_replacement(sp
     assert_both_ranks_end_with((replacement, second), expected)
 
 
+AGENT = ["-m", "trainer.pod.agent"]
+
+
 def command(pid: int) -> list[str]:
     """A process's command line ([] once it is gone)."""
     try:
@@ -59,10 +63,28 @@ def command(pid: int) -> list[str]:
         return []
 
 
+def process_name(pid: int) -> str:
+    """A process's name, as ps shows it ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def is_agent(pid: int) -> bool:
+    """A torchrun agent: `python -m trainer.pod.agent`, not the fork server forked from it or a
+    worker forked from that, whose command lines are the agent's too."""
+    try:
+        parent = int(stat_fields(Path(f"/proc/{pid}/stat"))[1])
+    except OSError:
+        return False
+    return command(pid)[1:3] == AGENT and command(parent)[1:3] != AGENT
+
+
 def agents_started_ahead(pod_pid: int) -> list[int]:
     """The torchruns under a pod's entrypoint that wait to start, each with its fork server below it."""
-    waiting = [pid for pid in descendants(pod_pid) if "trainer.pod.agent" in command(pid) and "--await-start" in command(pid)]
-    return [pid for pid in waiting if any("multiprocessing.forkserver" in " ".join(command(below)) for below in descendants(pid))]
+    waiting = [pid for pid in descendants(pod_pid) if is_agent(pid) and "--await-start" in command(pid)]
+    return [pid for pid in waiting if any(process_name(below) == FORK_SERVER_NAME for below in descendants(pid))]
 
 
 def test_sigterm_while_re_joining_ends_the_pod_and_the_torchrun_started_ahead(spawn, tmp_path):
@@ -107,7 +129,7 @@ def test_losing_pod_1_with_no_grace_re_forms_the_world_around_its_replacement(sp
 
 def torchruns_of(pod_pid: int) -> list[int]:
     """The torchrun agents under a pod's entrypoint (one, unless one is started ahead)."""
-    return [pid for pid in descendants(pod_pid) if command(pid)[1:3] == ["-m", "trainer.pod.agent"]]
+    return [pid for pid in descendants(pod_pid) if is_agent(pid)]
 
 
 @pytest.mark.timeout(360)

@@ -1,18 +1,19 @@
 """The agent, its workers' fork server and the store apart leave without tearing their interpreters
-down (trainer/pod/quick_exit.py): what they print and the status they end with are as before."""
+down (trainer/pod/quick_exit.py): what they print and the status they end with are as before. The
+server, forked from the agent (trainer/pod/fork_server.py), serves its workers as Python's own does."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
-from trainer_testing import PYTHON, REPO, SMOKE_ARGS, free_port, pod_env
+from trainer_testing import PYTHON, REPO, free_port
 
-from trainer.entrypoint import resolve_world, torchrun_argv
-from trainer.pod.launch import worker_preload
 from trainer.pod.quick_exit import exit_status
 from waiting import wait_for
 
@@ -90,35 +91,29 @@ def test_leave_runs_the_exit_functions_flushes_and_keeps_the_status_but_skips_th
 
 @pytest.mark.parametrize("product", [True, False])
 def test_the_fork_server_leaves_without_teardown_once_its_agent_is_gone(tmp_path, product):
-    """A real multiprocessing fork server with the agent's preload; without trainer.pod.fork_server
-    (the control) the same server tears its interpreter down."""
+    """The server forked from the agent (trainer/pod/fork_server.py), which imports the preload's
+    others itself; Python's own fork server with the same preload (the control) tears its
+    interpreter down."""
     torn_down = sentinel_module(tmp_path)
-    preload = ["teardown_sentinel"] + (["trainer.pod.fork_server"] if product else [])
+    preload = ["json", "teardown_sentinel"]  # the first imported by the agent, the sentinel by the server only
+    start = f"start_forked({preload!r})" if product else f"multiprocessing.set_forkserver_preload({preload!r})"
     ran = run_python(
         f"""
         import multiprocessing, multiprocessing.forkserver as fs
-        multiprocessing.set_forkserver_preload({preload!r})
+        from trainer.pod.fork_server import start_forked
+        {start}
         worker = multiprocessing.get_context("forkserver").Process(target=print, args=("worker ran",))
         worker.start(); worker.join()
-        print(fs._forkserver._forkserver_pid)
+        print(open(f"/proc/{{fs._forkserver._forkserver_pid}}/comm").read().strip(), fs._forkserver._forkserver_pid)
         """,
         tmp_path,
     )
     assert ran.returncode == 0 and "worker ran" in ran.stdout, ran.stderr
-    server = int(ran.stdout.split()[-1])
+    name, server = ran.stdout.split()[-2:]
+    assert (name == "ddp-fork-server") == product, name
     wait_for(lambda: not Path(f"/proc/{server}").exists() or Path(f"/proc/{server}/stat").read_text().split()[2] == "Z",
              30, "the fork server to end after its parent")  # fmt: skip
     assert torn_down.exists() != product
-
-
-def test_every_fork_server_the_agent_starts_imports_the_quick_exit_last():
-    for user in (SMOKE_ARGS, ["-m", "mylab.train"], ["/abs/train.py"]):
-        assert worker_preload(torchrun_argv_of(user))[-1] == "trainer.pod.fork_server"
-
-
-def torchrun_argv_of(user: list[str]) -> list[str]:
-    world = resolve_world(pod_env("w-1", 29500, nnodes=2, nproc=2), "w-1")
-    return torchrun_argv(world, user)[3:]
 
 
 def test_the_agent_ends_with_torchruns_status_without_teardown(tmp_path):
@@ -145,3 +140,35 @@ def test_the_store_stops_on_sigterm_with_status_0_without_teardown(tmp_path):
             store.kill()
             store.wait()
     assert not torn_down.exists()
+
+
+NESTED = """
+import multiprocessing, sys
+from trainer.pod.fork_server import start_forked
+
+def nested():
+    child = multiprocessing.get_context("forkserver").Process(target=print, args=("nested ran",))
+    child.start(); child.join(30)
+    sys.exit(child.exitcode)
+
+if __name__ == "__main__":
+    start_forked(["json"])
+    worker = multiprocessing.get_context("forkserver").Process(target=nested)
+    worker.start(); worker.join(40)
+    print("worker exit", worker.exitcode)
+"""
+
+
+def test_a_worker_of_the_forked_server_starts_processes_of_its_own(tmp_path):
+    """A training process's DataLoader workers use the forkserver context too: the server and its
+    workers hold none of the agent's fork-server state (no lock it held, no server of its)."""
+    (tmp_path / "nested_probe.py").write_text(NESTED)
+    probe = subprocess.Popen([PYTHON, "nested_probe.py"], env=sentinel_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    try:
+        output, _ = probe.communicate(timeout=50)
+    finally:  # its server and workers too, however it ended
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(probe.pid, signal.SIGKILL)
+        probe.wait()
+    assert probe.returncode == 0 and "nested ran" in output and "worker exit 0" in output, output

@@ -1,4 +1,4 @@
-"""torchrun, in a process that first starts the fork server its workers are forked from.
+"""torchrun, in a process that first forks the server its workers are forked from (trainer/pod/fork_server.py).
 
 Usage (the entrypoint's, see launch.torchrun_argv): python -m trainer.pod.agent [--await-start] <torchrun's arguments>
 
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import pickle
 import socket
@@ -24,6 +22,7 @@ from typing import Sequence
 
 from trainer import console
 from trainer.contract import SPARE_PODS
+from trainer.pod.fork_server import start_forked
 from trainer.pod.launch import AWAIT_START, GO, SPARE_UNUSED, worker_preload
 from trainer.pod.quick_exit import exit_status, leave
 
@@ -33,8 +32,7 @@ def main(args: Sequence[str]) -> None:
     args = list(args[1:] if held else args)
     preload = worker_preload(args)
     if preload:
-        multiprocessing.set_forkserver_preload(preload)
-        multiprocessing.forkserver.ensure_running()  # it imports them now, beside this process's own imports
+        start_forked(preload)  # with torch imported here, before torchrun starts a thread
     from torch.distributed.run import main as torchrun
 
     from torch.distributed.elastic.multiprocessing.api import SignalException

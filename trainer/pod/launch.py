@@ -25,12 +25,11 @@ _VALUED = {
 
 DISABLE_SHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
-# torchrun runs in this module (trainer/pod/agent.py), which first starts the workers' fork server,
-# and each worker runs WORKER_SCRIPT in a process forked from it: torch is imported once per pod,
-# not in every worker at every restart of the world.
+# torchrun runs in this module (trainer/pod/agent.py), which first forks the workers' fork server
+# from itself (trainer/pod/fork_server.py), and each worker runs WORKER_SCRIPT in a process forked
+# from it: torch is imported once per pod, not in every worker at every restart of the world.
 AGENT_MODULE = "trainer.pod.agent"
 WORKER_SCRIPT = Path(__file__).with_name("worker.py").resolve()
-FORK_SERVER_EXIT = "trainer.pod.fork_server"  # imported last by the fork server: it leaves without teardown
 # The agent's own first argument: import, start the fork server, then hold back until the
 # entrypoint writes GO on its stdin; at the end of its stdin without one, it exits.
 AWAIT_START, GO = "--await-start", "go"
@@ -86,10 +85,10 @@ def torchrun_argv(
 
 
 def worker_preload(agent_args: Sequence[str]) -> list[str]:
-    """The modules the workers' fork server imports, from the agent's arguments (those after
-    `-m trainer.pod.agent`), the last making it leave without teardown (trainer/pod/fork_server.py);
-    [] where no worker is forked: the user's command is not Python, or their own start method, the
-    last given, starts the workers."""
+    """The modules the workers' fork server holds, torch first (the agent imports it before it forks
+    the server), from the agent's arguments (those after `-m trainer.pod.agent`); [] where no worker
+    is forked: the user's command is not Python, or their own start method, the last given, starts
+    the workers."""
     options, _, target = _split(agent_args)
     if target[:1] != [str(WORKER_SCRIPT)]:
         return []
@@ -99,7 +98,7 @@ def worker_preload(agent_args: Sequence[str]) -> list[str]:
         return []
     after = target[1:]
     own = after[:1] == ["-m"] and len(after) > 1 and after[1].startswith(_OWN_MODULES)
-    return ["torch", after[1], FORK_SERVER_EXIT] if own else ["torch", FORK_SERVER_EXIT]
+    return ["torch", after[1]] if own else ["torch"]
 
 
 def held_back(argv: Sequence[str]) -> list[str]:

@@ -6,7 +6,7 @@ pod starts has an agent and a fork server that paid it (a pod of two workers too
 from its start to its last process's end, and 12.3 without), and so did each store apart. The
 agent and the store leave through `leave` with the status the interpreter would have given them;
 the fork server, which the agent ends by going (its workers leave through os._exit already,
-multiprocessing's way), leaves at its exit once it imported `trainer.pod.fork_server`.
+multiprocessing's way), through `flush_and_exit` (trainer/pod/fork_server.py).
 """
 
 from __future__ import annotations
@@ -41,16 +41,12 @@ def leave(status: int) -> NoReturn:
     """Ends this process with `status` as the interpreter ends it, less the teardown: the exit
     functions run and the standard streams are flushed."""
     atexit._run_exitfuncs()
-    _flush_and_exit(status)
+    flush_and_exit(status)
 
 
-def leave_at_exit() -> None:
-    """Makes this process, at its exit, flush its standard streams and leave with status 0, before
-    the exit functions registered until now (torch's and logging's, which a fork server needs none of)."""
-    atexit.register(_flush_and_exit, 0)
-
-
-def _flush_and_exit(status: int) -> NoReturn:
+def flush_and_exit(status: int) -> NoReturn:
+    """Leaves at once with `status`, the standard streams flushed, no exit function run (a fork
+    server's are its agent's, inherited: torch's and logging's, which it needs none of)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

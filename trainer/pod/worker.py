@@ -17,12 +17,16 @@ _PR_SET_NAME = 15
 _NAME_BYTES = 15  # what the kernel keeps of a process name
 
 
+def name_this_process(name: str) -> None:
+    """The name ps, top and /proc/<pid>/comm show (its first 15 bytes)."""
+    ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode()[:_NAME_BYTES], 0, 0, 0)
+
+
 def run(args: Sequence[str]) -> None:
     module = args[0] == "-m"
     target, rest = (args[1], args[2:]) if module else (args[0], args[1:])
     # Every worker's command line is the fork server's: its name says what it runs, in ps and top.
-    name = target if module else os.path.basename(target)
-    ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode()[:_NAME_BYTES], 0, 0, 0)
+    name_this_process(target if module else os.path.basename(target))
     sys.argv = [target, *rest]
     try:
         if module:

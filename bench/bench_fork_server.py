@@ -1,0 +1,92 @@
+"""Benchmark of a pod's start and end with the workers' fork server forked from the agent (a
+measurement, not a test).
+
+A pod runs the entrypoint, which runs torchrun in trainer/pod/agent.py, and every worker is forked
+from a fork server. Side by side, interleaved, the same pod (one pod of two workers training the
+smoke run for 4 steps, as the journeys' pods do) with:
+  - forked: the product, the server forked from the agent once it imported torch
+    (trainer/pod/fork_server.py);
+  - spawned: Python's own fork server, a new interpreter importing torch and the trainer again
+    (leaving without teardown too, as the product's did before).
+The figures are the pod's CPU seconds, every process it started included (this process is their
+subreaper and reaps them all), and its wall seconds to its end; medians over the rounds; the
+ratios are forked / spawned.
+Usage: nice .venv/bin/python bench/bench_fork_server.py [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "trainer")]
+from report import print_table  # noqa: E402  bench/report.py: the scripts run with bench/ on sys.path
+from trainer_testing import clean_env, entrypoint_command, free_port, pod_env  # noqa: E402
+
+RUN = ["-m", "trainer.train", "smoke", "--epochs", "1", "--batch", "256", "--samples", "1024", "--features", "512",
+       "--hidden", "256", "--classes", "4", "--seed", "7", "--checkpoint-every", "0"]  # fmt: skip
+# Python's own fork server in place of the forked one, in every process of the pod (a sitecustomize),
+# leaving without teardown as the product's did before.
+SPAWNED = """
+import multiprocessing, multiprocessing.forkserver
+import trainer.pod.fork_server as fork_server
+
+def spawned(preload):
+    multiprocessing.set_forkserver_preload([*preload, "spawned_server_exit"])
+    multiprocessing.forkserver.ensure_running()
+
+fork_server.start_forked = spawned
+"""
+SPAWNED_EXIT = "import atexit\nfrom trainer.pod.quick_exit import flush_and_exit\natexit.register(flush_and_exit, 0)\n"
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def pod_seconds(how: str, site: Path) -> tuple[float, float]:
+    """CPU and wall seconds of one pod from its start to its last process's end."""
+    out = tempfile.mkdtemp(prefix="bench-fork-")
+    env = clean_env(**pod_env("bench-0", free_port(), nnodes=1, nproc=2), OUT_DIR=out, OMP_NUM_THREADS="1")
+    if how == "spawned":
+        env["PYTHONPATH"] = f"{site}:{env['PYTHONPATH']}"
+    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    subprocess.run(entrypoint_command(RUN), env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while True:  # the fork server outlives its agent by a moment: reaped here, its subreaper
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    wall, after = time.monotonic() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    site = Path(tempfile.mkdtemp(prefix="bench-site-"))
+    (site / "sitecustomize.py").write_text(SPAWNED)
+    (site / "spawned_server_exit.py").write_text(SPAWNED_EXIT)
+    seconds: dict[str, list[tuple[float, float]]] = {"forked": [], "spawned": []}
+    for _ in range(args.rounds):  # interleaved: drift on a shared machine hits both alike
+        for how in seconds:
+            seconds[how].append(pod_seconds(how, site))
+    cpu = {how: statistics.median(s[0] for s in runs) for how, runs in seconds.items()}
+    wall = {how: statistics.median(s[1] for s in runs) for how, runs in seconds.items()}
+    print_table(
+        f"one pod of two workers, 4 steps of the smoke run, start to its last process's end, median of {args.rounds}",
+        [("CPU seconds, forked / spawned fork server", f"{cpu['forked']:.2f} / {cpu['spawned']:.2f} = {cpu['forked'] / cpu['spawned']:.2f}"),
+         ("wall seconds, forked / spawned fork server", f"{wall['forked']:.2f} / {wall['spawned']:.2f} = {wall['forked'] / wall['spawned']:.2f}")],  # fmt: skip
+    )
+
+
+if __name__ == "__main__":
+    main()
