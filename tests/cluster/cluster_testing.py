@@ -19,7 +19,7 @@ from ddp_infra import config as stack_config
 from ddp_infra.config.scalars import parse_quantity
 from ddp_infra.names import PROJECT
 from ddp_infra.world import World
-from infra_harness import DELETE, Evaluation, evaluate, stack_config_with, stack_file_config
+from infra_harness import DELETE, stack_config_with, stack_file_config
 from pulumi_project import PulumiProject, Result
 from trainer import contract
 from trainer.lines import Resumed
@@ -89,12 +89,16 @@ def pause_pod_resources(cpu: str) -> dict[str, str]:
             "shmSize": "16Mi"}  # fmt: skip
 
 
-def _kubernetes_objects(evaluation: Evaluation) -> list[dict[str, Any]]:
-    return [r.manifest for r in evaluation.registered if r.custom and r.type.startswith("kubernetes:")]
+def kubectl_reference(resource: dict[str, Any]) -> tuple[str, str]:
+    """(namespace, `kind.group/name` as kubectl takes it) of a Kubernetes resource in the engine's state."""
+    outputs = resource["outputs"]
+    group = outputs["apiVersion"].rpartition("/")[0]
+    kind = outputs["kind"].lower() + (f".{group}" if group else "")
+    return outputs["metadata"].get("namespace", ""), f"{kind}/{outputs['metadata']['name']}"
 
 
-# Every `pulumi` command the cluster journeys ran, for the session's closing summary (conftest.py).
-ENGINE_COMMANDS: list[str] = []
+# Every `pulumi` command the cluster journeys ran, with its cluster, for the session's closing summary (conftest.py).
+ENGINE_COMMANDS: list[tuple[str, str]] = []
 
 
 class EngineStack:
@@ -105,6 +109,7 @@ class EngineStack:
 
     def __init__(self, cluster: LocalCluster, root: Path, **defaults: Any):
         self.project = PulumiProject(root)
+        self.cluster_name = cluster.name
         Path(self.project.env["KUBECONFIG"]).symlink_to(cluster.kubeconfig)
         self.stack = "dev"
         self.project.init_stack(self.stack)
@@ -121,11 +126,11 @@ class EngineStack:
         self._configure(overrides)
         return self.project.run("preview", "--stack", self.stack, "--color", "never", check=False)
 
-    def up(self, **overrides: Any) -> list[dict[str, Any]]:
-        """`pulumi up`; returns the objects it applied, as the mock evaluation of the same config shows them."""
-        values = self._configure(overrides)
+    def up(self, **overrides: Any) -> None:
+        """`pulumi up` with the test's changes; its output (warnings included) in `up_output`."""
+        self._configure(overrides)
         result = self.project.run("up", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never", check=False)
-        ENGINE_COMMANDS.append("up")
+        ENGINE_COMMANDS.append((self.cluster_name, "up"))
         if result.returncode != 0:
             if "refused: a claim" in result.output:
                 raise ClaimChangeRefused(result.output)
@@ -133,18 +138,33 @@ class EngineStack:
         print(f"\n[engine] pulumi up --stack {self.stack}: {summary_line(result.output)}")
         self.up_output = result.output  # its warnings included
         self.outputs = json.loads(self.project.stack_outputs(self.stack).stdout)
-        return _kubernetes_objects(evaluate(values))
+
+    def applied_objects(self, cluster: LocalCluster) -> list[dict[str, Any]]:
+        """The Kubernetes objects the engine's state holds, each as the cluster has it now."""
+        by_namespace: dict[str, list[str]] = {}
+        for resource in self.project.export_state(self.stack)["deployment"]["resources"]:
+            if resource.get("custom") and resource["type"].startswith("kubernetes:") and "kind" in resource.get("outputs", {}):
+                namespace, reference = kubectl_reference(resource)
+                by_namespace.setdefault(namespace, []).append(reference)
+        found: list[dict[str, Any]] = []
+        for namespace, references in by_namespace.items():
+            where = ["-n", namespace] if namespace else []
+            read = json.loads(cluster.kubectl("get", *references, *where, "-o", "json").stdout)
+            found += read["items"] if read.get("kind") == "List" else [read]
+        return found
 
     def refresh(self) -> None:
         """`pulumi refresh --run-program`: the resources read back from the cluster, and the stack's
         outputs computed again by the program."""
         self.project.run("refresh", "--run-program", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never")
-        ENGINE_COMMANDS.append("refresh")
+        ENGINE_COMMANDS.append((self.cluster_name, "refresh"))
         self.outputs = json.loads(self.project.stack_outputs(self.stack).stdout)
 
     def destroy(self) -> None:
-        self.project.run("destroy", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never")
-        ENGINE_COMMANDS.append("destroy")
+        try:
+            self.project.run("destroy", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never")
+        finally:  # it ran, whatever it ended with
+            ENGINE_COMMANDS.append((self.cluster_name, "destroy"))
         self.outputs = {}
 
 

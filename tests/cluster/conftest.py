@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
@@ -22,16 +23,13 @@ from toolchain.cluster import ADDONS, LocalCluster, image_archives
 from trainer import contract
 
 
-# The session fixtures' clusters this process started, named in its closing summary line.
-STARTED: list[str] = []
-# Those still running.
+# The session fixtures' clusters this process started that still run.
 RUNNING: dict[str, LocalCluster] = {}
 
 
 @contextmanager
 def _running(local: LocalCluster):
     try:
-        STARTED.append(local.name)
         RUNNING[local.name] = local
         local.start()
         print(f"\n[cluster] {local.name} started in {local.startup_seconds:.1f} s")
@@ -263,6 +261,13 @@ def pytest_sessionfinish(session):
     cli = subprocess.run([pulumi, "version"], env=env, capture_output=True, text=True, timeout=60)
     provider = provider_versions(installed_plugins(pulumi, env))
     session.config.summary_lines.append(
-        f"cluster journeys on {', '.join(STARTED)}: {ENGINE_COMMANDS.count('up')} `pulumi up` and {ENGINE_COMMANDS.count('destroy')} `pulumi destroy` "
-        f"through the real engine (pulumi {cli.stdout.strip()} at {pulumi}, kubernetes provider {', '.join(provider)})"
+        f"cluster journeys through the real engine (pulumi {cli.stdout.strip()} at {pulumi}, kubernetes provider {', '.join(provider)}): "
+        + engine_commands_said(ENGINE_COMMANDS)
     )
+
+
+def engine_commands_said(commands: list[tuple[str, str]]) -> str:
+    """`on test: 3 pulumi up, 1 pulumi refresh, 2 pulumi destroy; on nodes: …`, each cluster in the order it first ran one."""
+    clusters = list(dict.fromkeys(cluster for cluster, _ in commands))
+    counted = {cluster: Counter(command for on, command in commands if on == cluster) for cluster in clusters}
+    return "; ".join(f"on {cluster}: " + ", ".join(f"{n} `pulumi {command}`" for command, n in counted[cluster].items()) for cluster in clusters)

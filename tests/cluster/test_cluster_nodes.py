@@ -358,7 +358,7 @@ def the_world_across_nodes(cluster, stack, run_args: list[str], **changes: str) 
     the store (whose loss re-forms the world at a new store, another journey). Nodes 1 and 2 take
     pods again once the store is placed (a node cordoned before stays so, and an elastic world forms
     on the nodes left); the fit check, which counts cordoned nodes out, only warns meanwhile.
-    Returns the objects `pulumi up` applied."""
+    Returns the objects `pulumi up` applied, as the cluster has them."""
     settings = {**SPARE, "run__args": run_args, **changes}
     spares = int(settings["workload__sparePods"])
     control_plane, *others = (node.name for node in cluster.nodes)
@@ -367,7 +367,7 @@ def the_world_across_nodes(cluster, stack, run_args: list[str], **changes: str) 
     for name in schedulable:
         cluster.kubectl("cordon", name)
     try:
-        documents = stack.up(**settings, scheduling__fitCheck="warn", workload__waitFor="none")  # placed once uncordoned
+        stack.up(**settings, scheduling__fitCheck="warn", workload__waitFor="none")  # placed once uncordoned
         wait_for(lambda: [p["spec"].get("nodeName") for p in pods(cluster, NAMESPACE, store=True).values() if is_store_pod(p)] == [control_plane],
                  120, "the store's pod placed on node 0")  # fmt: skip
     finally:
@@ -390,7 +390,7 @@ def the_world_across_nodes(cluster, stack, run_args: list[str], **changes: str) 
     wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
     training, node_of = ranks(cluster), nodes_of_the_world(cluster)
     assert node_of[training[0]] != node_of[training[1]], node_of
-    return documents
+    return stack.applied_objects(cluster)
 
 
 class Losses:
