@@ -1,7 +1,8 @@
 """Why a world waits, caused on a real cluster and read where a user looks: the line `pulumi up` ends
 with (and the `worldState` output), and the status view the stack's `statusCommand` output prints.
 An image the node cannot pull (there is no registry), a claim whose StorageClass does not exist,
-pods the Job controller cannot create (an admission policy that denies them; a ResourceQuota).
+pods the Job controller cannot create (an admission policy that denies them, a ResourceQuota, the
+namespace's Pod Security level).
 (A queue's reasons: test_cluster_kueue.py and test_cluster_volcano.py; a pod too large for the
 node: test_cluster_fit.py.)
 
@@ -86,3 +87,18 @@ def test_pods_the_controller_cannot_create_are_named_with_its_event(controllers_
     status = status_view(controllers_cluster, pause_stack.outputs["statusCommand"])
     assert f"job {WORKLOAD}: running, 1 pod(s) of the world up" in status, status
     assert "waiting: cannot create pods: " in status and "exceeded quota: two-pods" in status, status
+
+
+def test_pods_a_namespaces_pod_security_refuses_are_named_in_its_words(controllers_cluster, pause_stack):
+    """A namespace the stack does not create (`namespace.create: false`) that enforces `restricted`,
+    and a sidecar that adds a capability: the Job controller cannot create the world's pods, and `up`
+    ends saying why, in the API server's words. (A privileged one the local cluster's API server
+    refuses outright, as clusters that disallow privileged containers do.)"""
+    cluster = controllers_cluster
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    cluster.kubectl("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=restricted")
+    sidecar = {"name": "shaper", "image": cluster.images["pause"], "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}
+    pause_stack.up(namespace__create="false", pod__sidecars=[sidecar], workload__waitSeconds="15")
+    said = "warning: world: not admitted after 15 s: cannot create pods: "
+    refused = ('violates PodSecurity "restricted:latest": unrestricted capabilities (', 'container "shaper" must not include "NET_ADMIN"')
+    assert said in pause_stack.up_output and all(words in pause_stack.up_output for words in refused), pause_stack.up_output
