@@ -17,6 +17,7 @@ on why its pods do not exist or run, and its Job await restarts its timeout at e
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import time
 from typing import Callable, Optional
@@ -38,6 +39,7 @@ NOT_LOOKED_AT = "not looked at: no cluster (kubernetes.renderDir, or the program
 NOT_DEPLOYED = "known after `pulumi up`"
 WANTED = {"none": Stage.WAITING, "admitted": Stage.ADMITTED, "running": Stage.RUNNING}
 _LOOK_FAILED = (KubectlError, OSError, subprocess.TimeoutExpired, ValueError)
+GENERATED_POD_NAME = re.compile(r"-[a-z0-9]{5}\b(?=\")")  # the random suffix of a Job's pod, quoted in its events
 
 
 class WorldNotThere(pulumi.RunError):
@@ -60,13 +62,19 @@ def wait_for_world(
         if seen is not None:
             if seen.reached(wanted) or seen.stage == Stage.FAILED:
                 return seen
-            if line is None or seen.text != line.text:
+            if line is None or _gist(seen.text) != _gist(line.text):
                 say(f"waiting for the world to be {wanted.name.lower()}: {seen.text}")
             line = seen
         left = deadline - clock()
         if left <= 0:
             return line
         time.sleep(min(interval_s, left))
+
+
+def _gist(text: str) -> str:
+    """A line without the names the controllers generate for each new pod (`trainer-0-lwdkx`): a
+    refusal that names the next pod it could not create is the same reason."""
+    return GENERATED_POD_NAME.sub("-…", text)
 
 
 def conclusion(line: Optional[WorldLine], wanted: Stage, bound_s: int) -> tuple[bool, str]:

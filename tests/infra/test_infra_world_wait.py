@@ -54,6 +54,15 @@ def test_the_wait_ends_when_the_world_gets_there_saying_each_new_line_once(monke
     assert wait_for_world(looks(clock, QUEUED, ADMITTED), Stage.ADMITTED, 600, said.append, clock=clock) == ADMITTED
 
 
+def test_a_refusal_that_names_the_next_pod_it_could_not_create_is_said_once(monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    clock, said = Clock(), []
+    refused = [WorldLine(Stage.WAITING, f'cannot create pods: Error creating: pods "trainer-0-{suffix}" is forbidden: exceeded quota: two-pods')
+               for suffix in ("lwdkx", "9hkjg", "qdblc")]  # fmt: skip
+    assert wait_for_world(looks(clock, *refused, RUNNING), Stage.RUNNING, 600, said.append, clock=clock) == RUNNING
+    assert said == [f"waiting for the world to be running: {refused[0].text}"]
+
+
 def test_the_wait_is_bounded_and_a_failed_world_ends_it_at_once(monkeypatch):
     slept = []
     monkeypatch.setattr("time.sleep", slept.append)
