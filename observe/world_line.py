@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Optional
 
-from .world_state import WorldState
+from .world_state import NOT_SCHEDULED, WorldState
 
-NOT_SCHEDULED = "not scheduled: "  # world_state.why_waiting's words for a pod the scheduler has not placed
 GONE = ("gone: the workload was deleted since `up` applied it (a finished Job or JobSet is, after "
         "workload.ttlSecondsAfterFinished); `pulumi refresh`, then `pulumi up` creates it again")
 IMAGE_NOT_PULLED = re.compile(r"\b(ErrImagePull|ImagePullBackOff|ErrImageNeverPull|InvalidImageName)\b")

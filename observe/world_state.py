@@ -18,7 +18,8 @@ KUBERNETES_POD_GROUPS = "podgroups.scheduling.k8s.io"  # the Workload API's, mad
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 
 TRAINER_CONTAINER = "trainer"
-WORKLOAD_KINDS = ("Job", "StatefulSet", "JobSet")  # the kinds whose controllers create the world's pods (a JobSet's Jobs)
+POD_CREATING_KINDS = ("Job", "StatefulSet", "JobSet")  # the kinds whose controllers create the world's pods (a JobSet's Jobs)
+NOT_SCHEDULED = "not scheduled: "  # how a pod the scheduler has not placed waits
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def why_waiting(status: dict[str, Any]) -> Optional[str]:
     """Why a pod does not run (yet), in the cluster's words: not scheduled, a failed init container, a waiting container."""
     for condition in status.get("conditions") or []:
         if condition["type"] == "PodScheduled" and condition["status"] == "False":
-            return f"not scheduled: {condition.get('message') or condition.get('reason', '')}".strip()
+            return f"{NOT_SCHEDULED}{condition.get('message') or condition.get('reason', '')}".strip()
     for container in status.get("initContainerStatuses") or []:
         # a Job's pod does not restart a failed init container: the pod fails, with its reason (and
         # its app containers wait, PodInitializing, for what will never come)
@@ -226,7 +227,7 @@ def _cannot_create_read(kubectl: Kubectl, world: WorldRef, workload: Optional[di
 def failed_create(workload: str, events: list[dict[str, Any]], created: list[str]) -> Optional[str]:
     """The newest FailedCreate event of the workload or of a Job it owns (a JobSet's are named
     `<jobset>-<replicated job>`), unless a pod was created after it (the refusal is over)."""
-    ours = [e for e in events if e["involvedObject"].get("kind") in WORKLOAD_KINDS
+    ours = [e for e in events if e["involvedObject"].get("kind") in POD_CREATING_KINDS
             and (e["involvedObject"].get("name") == workload or e["involvedObject"].get("name", "").startswith(workload + "-"))]  # fmt: skip
     if not ours:
         return None
