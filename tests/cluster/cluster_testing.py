@@ -109,7 +109,7 @@ class EngineStack:
 
     def __init__(self, cluster: LocalCluster, root: Path, **defaults: Any):
         self.project = PulumiProject(root)
-        self.cluster_name = cluster.name
+        self.cluster = cluster
         Path(self.project.env["KUBECONFIG"]).symlink_to(cluster.kubeconfig)
         self.stack = "dev"
         self.project.init_stack(self.stack)
@@ -130,7 +130,7 @@ class EngineStack:
         """`pulumi up` with the test's changes; its output (warnings included) in `up_output`."""
         self._configure(overrides)
         result = self.project.run("up", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never", check=False)
-        ENGINE_COMMANDS.append((self.cluster_name, "up"))
+        ENGINE_COMMANDS.append((self.cluster.name, "up"))
         if result.returncode != 0:
             if "refused: a claim" in result.output:
                 raise ClaimChangeRefused(result.output)
@@ -139,7 +139,7 @@ class EngineStack:
         self.up_output = result.output  # its warnings included
         self.outputs = json.loads(self.project.stack_outputs(self.stack).stdout)
 
-    def applied_objects(self, cluster: LocalCluster) -> list[dict[str, Any]]:
+    def applied_objects(self) -> list[dict[str, Any]]:
         """The Kubernetes objects the engine's state holds, each as the cluster has it now."""
         by_namespace: dict[str, list[str]] = {}
         for resource in self.project.export_state(self.stack)["deployment"]["resources"]:
@@ -149,7 +149,7 @@ class EngineStack:
         found: list[dict[str, Any]] = []
         for namespace, references in by_namespace.items():
             where = ["-n", namespace] if namespace else []
-            read = json.loads(cluster.kubectl("get", *references, *where, "-o", "json").stdout)
+            read = json.loads(self.cluster.kubectl("get", *references, *where, "-o", "json").stdout)
             found += read["items"] if read.get("kind") == "List" else [read]
         return found
 
@@ -157,14 +157,14 @@ class EngineStack:
         """`pulumi refresh --run-program`: the resources read back from the cluster, and the stack's
         outputs computed again by the program."""
         self.project.run("refresh", "--run-program", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never")
-        ENGINE_COMMANDS.append((self.cluster_name, "refresh"))
+        ENGINE_COMMANDS.append((self.cluster.name, "refresh"))
         self.outputs = json.loads(self.project.stack_outputs(self.stack).stdout)
 
     def destroy(self) -> None:
         try:
             self.project.run("destroy", "--stack", self.stack, "--yes", "--skip-preview", "--color", "never")
         finally:  # it ran, whatever it ended with
-            ENGINE_COMMANDS.append((self.cluster_name, "destroy"))
+            ENGINE_COMMANDS.append((self.cluster.name, "destroy"))
         self.outputs = {}
 
 

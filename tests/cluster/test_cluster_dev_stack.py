@@ -145,7 +145,7 @@ def _not_ready_pod(image: str, labels: dict[str, str]) -> dict:
 def test_the_pods_on_a_real_node(cluster, dev_stack, tmp_path):
     """A world that keeps training while the test looks inside its pods, then loses a pod."""
     dev_stack.up(run__args=LONG_RUN)
-    documents = dev_stack.applied_objects(cluster)
+    documents = dev_stack.applied_objects()
     wait_for_world(cluster)
     names = {index: pod["metadata"]["name"] for index, pod in world_pods(cluster).items()}
     hostnames = [f"{WORKLOAD}-{index}" for index in range(NODES)]  # a Job's pod: <job>-<index>

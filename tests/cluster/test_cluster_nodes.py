@@ -390,7 +390,7 @@ def the_world_across_nodes(cluster, stack, run_args: list[str], **changes: str) 
     wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
     training, node_of = ranks(cluster), nodes_of_the_world(cluster)
     assert node_of[training[0]] != node_of[training[1]], node_of
-    return stack.applied_objects(cluster)
+    return stack.applied_objects()
 
 
 class Losses:
