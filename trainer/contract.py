@@ -255,6 +255,9 @@ MLFLOW_EXPERIMENT_NAME = "MLFLOW_EXPERIMENT_NAME"
 MLFLOW_TRACKING_TOKEN = "MLFLOW_TRACKING_TOKEN"
 MLFLOW_TRACKING_USERNAME = "MLFLOW_TRACKING_USERNAME"
 MLFLOW_TRACKING_PASSWORD = "MLFLOW_TRACKING_PASSWORD"
+WANDB_API_KEY = "WANDB_API_KEY"  # W&B run tracking (trainer/tracking/wandb_run.py), a secretEnv
+WANDB_MODE = "WANDB_MODE"  # offline: the run kept under /out/<run>/wandb/ to sync later; disabled: off
+WANDB_PROJECT = "WANDB_PROJECT"
 
 # Every variable the pod env carries, in the order the Pulumi program emits them (the ones only
 # some stacks set, like HF_TOKEN, come after the others: see ddp_infra/pod.py pod_env).

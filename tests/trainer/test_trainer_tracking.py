@@ -1,5 +1,6 @@
-"""Run tracking: TensorBoard events read back with tensorboard's own reader, and a local MLflow server
-(SQLite store) receiving the run over its REST API, through stops, crashes and an absent server."""
+"""Run tracking: TensorBoard events read back with tensorboard's own reader, a local MLflow server
+(SQLite store) receiving the run over its REST API, and W&B's offline run files, through stops,
+crashes and absent servers."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from waiting import wait_for
 from trainer_testing import PYTHON, REPO, clean_env, done_lines, epoch_records, free_port, kill_tree, run_to_end, train_lines
+from wandb_records import offline_runs
 
 from trainer import tracking
 from trainer.lines import tagged
@@ -50,14 +52,15 @@ def run_world(spawn, out: Path, name: str, world: int, expected: int, **extra: s
     return procs[0].text()
 
 
-def run_without(tmp_path: Path, module: str) -> tuple[int, str]:
-    """A world of one run to its end as in an image without `module`: importing it raises ImportError."""
-    shadow = tmp_path / f"no-{module}"
+def run_without(tmp_path: Path, *modules: str, **extra: str) -> tuple[int, str]:
+    """A world of one run to its end as in an image without `modules`: importing one raises ImportError."""
+    shadow = tmp_path / "shadow"
     shadow.mkdir()
-    (shadow / f"{module}.py").write_text(f"raise ImportError('no {module} in this image')\n")
+    for module in modules:
+        (shadow / f"{module}.py").write_text(f"raise ImportError('no {module} in this image')\n")
     command = [PYTHON, "-m", "trainer.train", *ARGS, "--out-dir", str(tmp_path), "--run-name", "run"]
-    env = clean_env(PYTHONPATH=os.pathsep.join([str(shadow), str(REPO)]))
-    return run_to_end(command, env, tmp_path / f"no-{module}.log", timeout=100)
+    env = clean_env(PYTHONPATH=os.pathsep.join([str(shadow), str(REPO)]), **extra)
+    return run_to_end(command, env, tmp_path / "without.log", timeout=100)
 
 
 def train_lines_by_step(text: str) -> dict[int, dict[str, str]]:
@@ -161,11 +164,16 @@ def stored_run_id(run: Path) -> str:
     return json.loads((run / tracking.MLFLOW_RUN_FILE).read_text())["run_id"]
 
 
+def stored_wandb_id(run: Path) -> str:
+    return json.loads((run / tracking.WANDB_RUN_FILE).read_text())["id"]
+
+
 # --- tests ----------------------------------------------------------------------------------------
 @pytest.mark.timeout(300)
 def test_a_run_writes_tensorboard_events_and_its_mlflow_run_from_rank_0(spawn, tmp_path, mlflow):
+    api_key = "wandb-key-" + "7" * 30  # the secretEnv a stack hands the pods; offline, W&B keeps the run here
     text = run_world(spawn, tmp_path, "whole", world=2, expected=0, MLFLOW_TRACKING_URI=mlflow.uri,
-                     MLFLOW_EXPERIMENT_NAME="whole-runs")  # fmt: skip
+                     MLFLOW_EXPERIMENT_NAME="whole-runs", WANDB_MODE="offline", WANDB_API_KEY=api_key)  # fmt: skip
     run = tmp_path / "run"
     lines, records = train_lines_by_step(text), epoch_records(run)
     assert len(event_files(run)) == 1, "rank 0 alone writes events"
@@ -190,10 +198,21 @@ def test_a_run_writes_tensorboard_events_and_its_mlflow_run_from_rank_0(spawn, t
     done = done_lines(text)
     assert mlflow.history(run_id, "result/val_loss") == [(STEPS[2], records[-1]["val_loss"])], done
 
+    (offline,) = offline_runs(run)  # rank 0's alone
+    assert (offline.run_id, offline.project) == (stored_wandb_id(run), "run")
+    assert (offline.config["epochs"], offline.config["batch"], offline.config["lr"]) == (2, 32, 0.003)
+    assert {step: figures["train/loss"] for step, figures in offline.history.items() if "train/loss" in figures} == {
+        step: float(line["loss"]) for step, line in lines.items()}  # fmt: skip
+    assert {step: figures["epoch/val_loss"] for step, figures in offline.history.items() if "epoch/val_loss" in figures} == {
+        r["global_step"]: r["val_loss"] for r in records}  # fmt: skip
+    assert (offline.summary["result/val_loss"], offline.summary["result/best"]) == (records[-1]["val_loss"], "epoch-2")
+    assert (offline.exit_code, offline.preempting) == (0, False)
+    assert api_key not in text and not [path for path in run.rglob("*") if path.is_file() and api_key.encode() in path.read_bytes()]
+
 
 @pytest.mark.timeout(300)
 def test_a_run_stopped_by_sigterm_resumes_its_events_and_mlflow_run_without_duplicate_steps(spawn, tmp_path, mlflow):
-    extra = dict(MLFLOW_TRACKING_URI=mlflow.uri, MLFLOW_EXPERIMENT_NAME="stopped-runs")
+    extra = dict(MLFLOW_TRACKING_URI=mlflow.uri, MLFLOW_EXPERIMENT_NAME="stopped-runs", WANDB_MODE="offline")
     first = run_world(spawn, tmp_path, "stopped", world=2, expected=EXIT_STOPPED, PROBE_SIGNAL_AT="5", **extra)
     run = tmp_path / "run"
     run_id = stored_run_id(run)
@@ -211,6 +230,12 @@ def test_a_run_stopped_by_sigterm_resumes_its_events_and_mlflow_run_without_dupl
         assert steps_of(shown[tag]) == logged, tag
         assert steps_of(mlflow.history(run_id, tag)) == logged, tag
     assert steps_of(shown["epoch/val_loss"]) == steps_of(mlflow.history(run_id, "epoch/val_loss")) == [8, 16]
+
+    stopped, resumed = offline_runs(run)  # one W&B offline run per start, both the same W&B run
+    assert stopped.run_id == resumed.run_id == stored_wandb_id(run)
+    assert (stopped.preempting, stopped.exit_code, resumed.exit_code) == (True, EXIT_STOPPED, 0)
+    assert sorted(stopped.history) == sorted(train_lines_by_step(first)) and min(resumed.history) > 6  # ckpt 6
+    assert sorted({*stopped.history, *resumed.history}) == sorted({*logged, 8, 16})
 
 
 @pytest.mark.timeout(300)
@@ -248,20 +273,25 @@ def test_steps_redone_after_a_crash_are_shown_once_with_the_resumed_figures(spaw
 
 
 @pytest.mark.timeout(180)
-def test_an_unreachable_mlflow_server_does_not_stop_training(tmp_path):
+def test_unreachable_mlflow_and_wandb_servers_do_not_stop_training(tmp_path):
     command = [PYTHON, "-m", "trainer.train", *ARGS, "--out-dir", str(tmp_path), "--run-name", "run"]
-    env = clean_env(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    nowhere = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    env = clean_env(MLFLOW_TRACKING_URI=nowhere, WANDB_BASE_URL=nowhere, WANDB_API_KEY="k" * 40, WANDB_INIT_TIMEOUT="5")
     code, text = run_to_end(command, env, tmp_path / "unreachable.log", timeout=150)
     assert code == 0, text[-4000:]
     assert "[DONE]" in text
-    warnings = [line for line in tagged(text, "[TRACK]") if "MLflow" in line]
+    warnings = [line for line in tagged(text, "[TRACK]") if line.startswith("[TRACK] MLflow")]
     assert 1 <= len(warnings) <= 2, warnings  # the first failure, then giving up
+    (wandb_gone,) = [line for line in tagged(text, "[TRACK]") if line.startswith("[TRACK] W&B")]
+    assert "going on without W&B" in wandb_gone, wandb_gone
     assert steps_of(scalars(tmp_path / "run")["train/loss"]) == sorted(train_lines_by_step(text)), "TensorBoard goes on"
 
 
 @pytest.mark.timeout(120)
-def test_without_tensorboard_in_the_image_training_goes_on_and_says_so(tmp_path):
-    code, text = run_without(tmp_path, "tensorboard")
+def test_without_tensorboard_or_wandb_in_the_image_training_goes_on_and_says_so(tmp_path):
+    code, text = run_without(tmp_path, "tensorboard", "wandb", WANDB_MODE="offline")
     assert code == 0, text[-4000:]
-    assert len([line for line in tagged(text, "[TRACK]") if "TensorBoard" in line]) == 1
+    assert len([line for line in tagged(text, "[TRACK]") if line.startswith("[TRACK] TensorBoard:")]) == 1
     assert not (tmp_path / "run" / tracking.TENSORBOARD_DIR).exists()
+    (no_wandb,) = [line for line in tagged(text, "[TRACK]") if line.startswith("[TRACK] W&B")]
+    assert "ImportError: no wandb in this image" in no_wandb, no_wandb

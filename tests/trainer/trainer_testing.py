@@ -31,9 +31,9 @@ LONG_ARGS = [
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This process's env without any contract variable, single-threaded, with the repo importable."""
+    """This process's env without any contract variable or tracker's, single-threaded, with the repo importable."""
     names = {v.name for v in c.ALL} | {c.LEGACY_POD_NUMS, c.LEGACY_POD_PORT, c.LEGACY_JOB_NAME, c.JOB_COMPLETION_INDEX}
-    env = {k: v for k, v in os.environ.items() if k not in names and not k.startswith(("PET_", "TORCHELASTIC_"))}
+    env = {k: v for k, v in os.environ.items() if k not in names and not k.startswith(("PET_", "TORCHELASTIC_", "MLFLOW_", "WANDB_"))}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore")
     env.update(extra)
     return env

@@ -1,4 +1,4 @@
-"""Sends a run's figures to trackers: a loss curve, TensorBoard event files, and an MLflow server when one is named.
+"""Sends a run's figures to trackers: a loss curve, TensorBoard event files, and MLflow and W&B when they are named.
 
 Rank 0 alone tracks. The loop hands over the figures it logs, as numbers: each `[TRAIN]` line's
 (trainer/lines.py's TrainLine.figures, at the precision the line prints) and each epoch's metrics
@@ -16,6 +16,8 @@ Each tracker is a file of this package, and each takes `log(step, figures)` and 
   with a client of the standard library (mlflow_client.py, which says why), so the image needs no
   `mlflow` package. The run's id is kept in `<run dir>/mlflow-run.json`, so a resumed run logs into
   the same MLflow run.
+- Weights & Biases (`WANDB_API_KEY`, or `WANDB_MODE=offline`): the run (wandb_run.py), through W&B's
+  own client, its id kept in `<run dir>/wandb-run.json` and its files under `<run dir>/wandb/`.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from trainer.tracking.loss_curve import LossCurve
 from trainer.tracking.mlflow_client import MlflowApi, authorization
 from trainer.tracking.mlflow_run import MLFLOW_RUN_FILE, MlflowRun
 from trainer.tracking.tensorboard_events import TENSORBOARD_DIR, TensorBoard
+from trainer.tracking.wandb_run import WANDB_RUN_FILE, WandbRun, wanted
 
-__all__ = ["MLFLOW_RUN_FILE", "NO_TRACKERS", "TENSORBOARD_DIR", "Trackers", "open_trackers"]
+__all__ = ["MLFLOW_RUN_FILE", "NO_TRACKERS", "TENSORBOARD_DIR", "WANDB_RUN_FILE", "Trackers", "open_trackers"]
 
 
 def open_trackers(run_dir: Path, run_name: str, flags: Mapping[str, Any], resumed_step: int, stop: StopRequest) -> Trackers:
@@ -51,4 +54,6 @@ def open_trackers(run_dir: Path, run_name: str, flags: Mapping[str, Any], resume
         say(f"MLflow: MLFLOW_TRACKING_URI={uri} is not an http(s) server, and this trainer speaks MLflow's REST API "
             f"only; serve that store with `mlflow server --backend-store-uri {uri}` and name the server instead. "
             f"Training goes on without MLflow")  # fmt: skip
+    if wanted(env):
+        sinks.append(WandbRun(run_dir, run_name, flags))
     return Trackers(sinks, stop)
