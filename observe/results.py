@@ -6,7 +6,8 @@ A pod of its own reads the claim (the run's image, the claim mounted read-only, 
 Security level, an hour's deadline), on the node of a running pod of the world where there is one,
 since a ReadWriteOnce volume is attached to one node at a time. `kubectl exec` streams a tar of the
 run's results, unpacked under DIR/<run>: `best/` (the best epoch's model and its card),
-`metrics.jsonl`, `train-steps.jsonl` and `loss.png`, and with --checkpoints `checkpoints/`. The pod
+`metrics.jsonl`, `train-steps.jsonl`, `loss.png`, W&B's run files where it ran (`wandb/`: `wandb sync`
+uploads its offline runs from here), and with --checkpoints `checkpoints/`. The pod
 is deleted however the copy ends.
 """
 
@@ -27,8 +28,10 @@ from observe.world_state import why_waiting
 from trainer import contract
 from trainer.fetch import data_members
 
-RESULTS = ("best", "metrics.jsonl", "train-steps.jsonl", "loss.png")
+RESULTS = ("best", "metrics.jsonl", "train-steps.jsonl", "loss.png", "wandb")
 CHECKPOINTS = "checkpoints"
+# W&B's debug logs link into the home of a pod that is gone; latest-run names a run copied already
+LEFT_OUT = ("wandb/latest-run", "wandb/*/logs")
 CONTAINER = "reader"
 START_TIMEOUT_S = 300
 COPY_TIMEOUT_S = 3600  # the reader pod's own deadline too
@@ -90,7 +93,8 @@ def tar_script(run: str, checkpoints: bool) -> str:
     where = shlex.quote(f"{contract.OUT_MOUNT}/{run}")
     return (f"cd {where} 2>/dev/null || {{ echo \"no run {run} in the outputs claim; runs there: $(ls {contract.OUT_MOUNT})\" >&2; exit 3; }}; "
             f"set --; for f in {wanted}; do [ -e \"$f\" ] && set -- \"$@\" \"$f\"; done; "
-            f"[ $# -gt 0 ] || {{ echo \"run {run} has no results yet\" >&2; exit 4; }}; exec tar -chf - \"$@\"")  # fmt: skip
+            f"[ $# -gt 0 ] || {{ echo \"run {run} has no results yet\" >&2; exit 4; }}; "
+            f"exec tar -chf - {' '.join(f'--exclude={shlex.quote(p)}' for p in LEFT_OUT)} \"$@\"")  # fmt: skip
 
 
 def copy_results(kubectl: Kubectl, run: str, claim: str, image: str, pull_secrets: list[str], selector: str, to: Path,

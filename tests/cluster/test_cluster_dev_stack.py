@@ -18,6 +18,7 @@ from cluster_testing import (
     node_cpu, pod_name, pods, run_dir, running, wait_for, wait_for_world, world_pods,
 )  # fmt: skip
 from trainer_testing import done_lines, epoch_records
+from wandb_records import offline_runs
 from policy_checks import document, pause_pod, the_network_policies_admit_only_the_world
 
 from trainer import contract
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.timeout(1200)
 
 
 def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack, tmp_path):
+    dev_stack.defaults["env__WANDB_MODE"] = "offline"  # W&B's run kept on the outputs claim, for `wandb sync`
     dev_stack.up(workload__waitFor="running")
     # `up` waited for the world to run and ended saying so, as its worldState output does
     assert f"\n    world: admitted and running ({NODES}/{NODES} pods" in dev_stack.up_output, dev_stack.up_output
@@ -65,6 +67,10 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack,
     assert [m["epoch"] for m in metrics] == [1, 2]
     assert all(m["val_loss"] > 0 and m["val_ppl"] > 1 for m in metrics), metrics
     assert sorted((outputs / "checkpoints").glob("ckpt-*.json")), "no checkpoint was committed"
+    # Rank 0 kept its W&B run there too, in the image's wandb, with the same figures and result.
+    (offline,) = offline_runs(outputs)
+    assert offline.exit_code == 0 and offline.summary["result/params_sum"] == float(next(iter(sums))), offline.summary
+    assert {s: f["epoch/val_loss"] for s, f in offline.history.items() if "epoch/val_loss" in f} == {m["global_step"]: m["val_loss"] for m in metrics}
 
     # The stack's kubectlRunStatus command says so.
     status = dev_stack.outputs["kubectlRunStatus"].split()
@@ -103,6 +109,8 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack,
     assert "[CKPT] resumed from" in resumed and "[EPOCH] 3/3" in resumed, resumed[-3000:]
     metrics = epoch_records(outputs)
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
+    first, longer_run = offline_runs(outputs)  # the same W&B run, resumed
+    assert longer_run.run_id == first.run_id and longer_run.exit_code == 0 and max(longer_run.history) == metrics[-1]["global_step"]
 
     # The stack's resultsCommand copies the run's results to this machine with kubectl alone; with
     # --checkpoints, its checkpoints too. The pod it reads the claim with is removed.
@@ -110,9 +118,10 @@ def test_the_dev_run_trains_to_completion_and_stays_finished(cluster, dev_stack,
     copied = subprocess.run([*command, "--to", str(tmp_path / "results")], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert copied.returncode == 0, copied.stderr
     results = tmp_path / "results" / RUN
-    assert sorted(p.name for p in results.iterdir()) == ["best", "loss.png", "metrics.jsonl", "train-steps.jsonl"]
+    assert sorted(p.name for p in results.iterdir()) == ["best", "loss.png", "metrics.jsonl", "train-steps.jsonl", "wandb"]
     for name in ("best/model.pt", "best/model.json", "loss.png", "metrics.jsonl", "train-steps.jsonl"):
         assert (results / name).read_bytes() == (outputs / name).read_bytes(), name
+    assert [run.history for run in offline_runs(results)] == [first.history, longer_run.history]  # for `wandb sync` here
     assert load_model(results / "best").cfg == load_model(outputs / "best").cfg
     assert f"{results / 'best' / 'model.pt'}  " in copied.stdout
     with_checkpoints = subprocess.run([*command, "--to", str(tmp_path / "all"), "--checkpoints"], cwd=REPO, capture_output=True, text=True, timeout=300)
