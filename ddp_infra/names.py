@@ -37,6 +37,8 @@ OWNERSHIP_LABELS = {"app.kubernetes.io/part-of": PROJECT, "app.kubernetes.io/man
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 # What an operator puts on a lost node so that its pods are deleted and replaced (Kubernetes' non-graceful node shutdown).
 OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+# The digest of the secret values the pods read, on their template, so that a changed one restarts them (secrets_digest.py).
+SECRETS_DIGEST_ANNOTATION = "ddp-infra.dev/secrets-sha256"
 # Multus's annotation naming a pod's secondary networks (NetworkAttachmentDefinitions).
 SECONDARY_NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 

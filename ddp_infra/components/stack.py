@@ -16,6 +16,7 @@ from .namespace import TrainingNamespace, TrainingNamespaceArgs
 from .rendezvous import Rendezvous, RendezvousArgs
 from .rendezvous_store import RendezvousStore, RendezvousStoreArgs
 from .secret_env import SecretEnv, SecretEnvArgs
+from ..secrets_digest import secret_values, with_secrets_digest
 from .storage import TrainingStorage, TrainingStorageArgs
 from .trainer import Trainer, TrainerArgs
 
@@ -89,7 +90,8 @@ class DdpTrainingStack(Component):
         )
         secrets = [secret for secret in (self.hf_token, self.secret_env) if secret]
         pods_need = [self.storage, self.rendezvous, self.guardrails, *secrets]
-        self.trainer = Trainer(world.workload_name, TrainerArgs(world=world, pod_template=args.pod_template), opts=inside(*pods_need))
+        template = with_secrets_digest(args.pod_template, secret_values(config))
+        self.trainer = Trainer(world.workload_name, TrainerArgs(world=world, pod_template=template), opts=inside(*pods_need))
 
         context = config.kubernetes.context
         self.outputs: dict[str, Any] = {

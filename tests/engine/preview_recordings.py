@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 if __package__ in (None, ""):  # run as a script: the imports the tests' rootdir gives
-    sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).parent)]
+    sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1]), str(Path(__file__).parent)]
 
 from pulumi_project import PulumiProject
 

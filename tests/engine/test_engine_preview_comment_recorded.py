@@ -6,6 +6,7 @@ made-up previews. No engine needed."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 
 from preview_recordings import NEW_TOKEN, OLD_TOKEN
 from pulumi_project import changed_steps
+
+from ddp_infra.names import SECRETS_DIGEST_ANNOTATION
 from scripts import preview_diff
 
 PREVIEWS = Path(__file__).parent / "previews"
@@ -73,11 +76,16 @@ def test_a_deleted_namespace_is_warned_about_and_a_rotated_secret_stays_masked()
     preview, markdown = comment(document, "dev")
     # the namespace's component goes with it, but a component holds nothing: only objects are listed
     assert [(d.op, d.resource, d.retained) for d in preview.destroyed] == [
-        ("replace", "kubernetes:core/v1:Secret hf-token", False), ("delete", "kubernetes:core/v1:Namespace ddp-dev", True)]
+        ("replace", "kubernetes:core/v1:Secret hf-token", False), ("replace", "kubernetes:batch/v1:Job trainer", False),
+        ("delete", "kubernetes:core/v1:Namespace ddp-dev", True)]
     assert "> - `kubernetes:core/v1:Namespace ddp-dev`: delete (retainOnDelete" in caution(markdown)
     assert '~ data.token: "[secret]" => "[secret]" (forces replacement)' in markdown
+    # the pods read the token when they start: its digest on their template replaces the world, masked too
+    assert "> - `kubernetes:batch/v1:Job trainer`: replace" in caution(markdown)
+    assert f'~ spec.template.metadata.annotations["{SECRETS_DIGEST_ANNOTATION}"]: "[secret]" => "[secret]" (forces replacement)' in markdown
     for token in (OLD_TOKEN, NEW_TOKEN):
-        assert token not in json.dumps(document) + markdown
+        digest = hashlib.sha256(json.dumps({"hfToken": token}).encode()).hexdigest()
+        assert token not in json.dumps(document) + markdown and digest not in json.dumps(document) + markdown
 
 
 @pytest.mark.parametrize("op", sorted(preview_diff.DESTRUCTIVE_OPS))

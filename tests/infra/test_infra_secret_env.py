@@ -7,8 +7,10 @@ import logging
 
 import pulumi
 import pytest
+from pulumi.runtime import rpc
 
 import infra_harness as harness
+from ddp_infra.names import SECRETS_DIGEST_ANNOTATION
 
 VALUES = {"MLFLOW_TRACKING_TOKEN": "mlflow-token-that-must-never-leak-0123", "MLFLOW_TRACKING_PASSWORD": "pw-never-leaks-4567"}
 SECRET = "kubernetes:core/v1:Secret"
@@ -137,3 +139,22 @@ def test_a_secret_set_without_path_is_an_unknown_key_shown_without_its_value():
     (problem,) = evaluation.error.problems
     assert problem.key == 'ddp-infra:["secretEnv.MLFLOW_TRACKING_TOKEN"]' and "a known key" in problem.allowed
     assert "s3cr3t-value" not in str(evaluation.error)
+
+
+@pulumi.runtime.test
+def test_a_changed_value_changes_the_pod_template_which_carries_only_its_secret_digest():
+    """A container reads secretKeyRef env when it starts: a fixed credential must restart a world
+    that failed on the wrong one, as any change of its template does."""
+    digests = {}
+    for label, values in (("first", VALUES), ("same", dict(VALUES)), ("rotated", {**VALUES, "MLFLOW_TRACKING_TOKEN": "rotated-token-89"})):
+        evaluation = evaluate(with_secret_env(values=values))
+        # the digest is a secret too (a short password's SHA-256 can be searched for); the SDK reports a
+        # secret inside a property as the whole property's
+        assert rpc.is_rpc_secret(evaluation.workload.inputs["spec"])
+        digests[label] = evaluation.pod_template["metadata"]["annotations"][SECRETS_DIGEST_ANNOTATION]
+    assert digests["first"] == digests["same"] != digests["rotated"]
+    with_token = evaluate(harness.with_path(with_secret_env(), "hfToken", "hf_token_0123"), secret_keys=("secretEnv", "hfToken"))
+    assert with_token.pod_template["metadata"]["annotations"][SECRETS_DIGEST_ANNOTATION] != digests["first"]
+    plain = harness.evaluate(harness.stack_file_config("dev"))
+    assert SECRETS_DIGEST_ANNOTATION not in plain.pod_template["metadata"].get("annotations", {})
+    assert not rpc.is_rpc_secret(plain.workload.inputs["spec"])
