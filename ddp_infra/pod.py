@@ -296,8 +296,11 @@ def fetch_data_container(config: StackConfig, trainer: dict[str, Any]) -> list[d
         "name": FETCH_CONTAINER_NAME,
         **training_image(config),
         "command": ["python", "-m", "trainer.fetch"],
-        "args": ["--url", source.url, "--sha256", source.sha256, "--into", f"{contract.DATA_MOUNT}/{source.directory}"],
-        "env": [{"name": name, "value": value} for name, value in PROGRAM_ENV.items()],
+        "args": ["--url", source.url, "--sha256", source.sha256, "--into", f"{contract.DATA_MOUNT}/{source.directory}",
+                 *(["--endpoint", source.endpoint] if source.endpoint else [])],
+        # an object store's credentials, as AWS's SDKs read them, from the stack's env and secretEnv
+        "env": [{"name": name, "value": value} for name, value in PROGRAM_ENV.items()]
+               + [copy.deepcopy(entry) for entry in trainer["env"] if entry["name"].startswith(contract.AWS_PREFIX)],
         "resources": amounts,
         "volumeMounts": mounts,
         "securityContext": copy.deepcopy(trainer["securityContext"]),

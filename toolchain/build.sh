@@ -14,7 +14,8 @@
 #     scheduler, kube-proxy, CoreDNS, and the JobSet and Kueue controllers with their modules'
 #     manifests;
 #   - Volcano's scheduler with its module's CRDs and its chart's RBAC, another add-on;
-#   - actionlint, the linter the tests run on .github/workflows.
+#   - actionlint, the linter the tests run on .github/workflows;
+#   - versitygw, an S3-compatible object store with SigV4 credentials, for the tests of an s3:// data source.
 # A Pulumi CLI, language host or provider already on PATH (the official installer's, a build of
 # one's own) is linked instead of built, a CLI when it is at least the SDK's minimum version.
 # Each component is built in a temporary directory and renamed into place when complete, so an
@@ -46,6 +47,9 @@ etcd_version=3.5.21
 coredns_version=1.14.7
 # The GitHub Actions workflow linter.
 actionlint_version=1.7.12
+# The object store the s3:// data source is tested against (its posix backend: a directory's
+# subdirectories are the buckets, their files the objects).
+versitygw_version=1.8.0
 # The JobSet controller, an add-on of the test cluster (`workload.kind: jobset`).
 jobset_version=0.12.0
 # The Kueue controller, an add-on of the test cluster (`scheduling.gang.scheduler: kueue`): the
@@ -60,7 +64,7 @@ volcano_version=1.10.0
 # needs nftables' queue (CONFIG_NFT_QUEUE), which this kernel lacks.
 kube_router_version=2.1.0
 
-bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version-jobset-$jobset_version-kueue-$kueue_version-volcano-$volcano_version-kube-router-$kube_router_version
+bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version-jobset-$jobset_version-kueue-$kueue_version-volcano-$volcano_version-kube-router-$kube_router_version-versitygw-$versitygw_version
 if [ "${1:-}" = --bin-dir ]; then
   echo "$bin_dir"
   exit 0
@@ -79,6 +83,7 @@ jobset_dir=$cache/jobset-v$jobset_version
 kueue_dir=$cache/kueue-v$kueue_version
 volcano_dir=$cache/volcano-v$volcano_version
 kube_router_dir=$cache/kube-router-v$kube_router_version
+versitygw_dir=$cache/versitygw-v$versitygw_version
 logs=$cache/logs
 mkdir -p "$bin_dir" "$logs"
 
@@ -199,6 +204,11 @@ build_actionlint() {
   export CGO_ENABLED=0
   wrapped_build actionlint github.com/rhysd/actionlint/cmd/actionlint "github.com/rhysd/actionlint@v$actionlint_version" "" \
     -ldflags "-X github.com/rhysd/actionlint.version=$actionlint_version"
+}
+
+build_versitygw() {
+  export CGO_ENABLED=0
+  wrapped_build versitygw github.com/versity/versitygw/cmd/versitygw "github.com/versity/versitygw@v$versitygw_version" ""
 }
 
 # build_controller BINARY MODULE MAIN_PACKAGE VERSION: the manager binary, and the module's own
@@ -401,6 +411,8 @@ link "$volcano_dir/vc-scheduler" vc-scheduler
 link "$volcano_dir/volcano-crds" volcano-crds
 component kube-router "$kube_router_dir" build_kube_router
 link "$kube_router_dir/kube-router" kube-router
+component versitygw "$versitygw_dir" build_versitygw
+link "$versitygw_dir/versitygw" versitygw
 
 # The engine takes the provider from its plugin directory, so it never tries to download one.
 if [ -x "$bin_dir/pulumi" ] && [ -x "$provider_dir/pulumi-resource-kubernetes" ]; then

@@ -258,6 +258,7 @@ MLFLOW_TRACKING_PASSWORD = "MLFLOW_TRACKING_PASSWORD"
 WANDB_API_KEY = "WANDB_API_KEY"  # W&B run tracking (trainer/tracking/wandb_run.py), a secretEnv
 WANDB_MODE = "WANDB_MODE"  # offline: the run kept under /out/<run>/wandb/ to sync later; disabled: off
 WANDB_PROJECT = "WANDB_PROJECT"
+AWS_PREFIX = "AWS_"  # an s3:// data source's credentials and region as AWS's SDKs read them: also the fetch-data container's
 
 # Every variable the pod env carries, in the order the Pulumi program emits them (the ones only
 # some stacks set, like HF_TOKEN, come after the others: see ddp_infra/pod.py pod_env).

@@ -1,6 +1,11 @@
 """Fills the datasets claim from the stack's `storage.datasets.source`, before the world trains:
-`python -m trainer.fetch --url URL --sha256 HEX --into /data/NAME`, each pod's `fetch-data` init
-container.
+`python -m trainer.fetch --url URL --sha256 HEX --into /data/NAME [--endpoint URL]`, each pod's
+`fetch-data` init container.
+
+The source is an http(s) URL of an archive or a file, or an object store prefix, `s3://BUCKET/PREFIX/`
+(trainer/object_store.py), whose objects land in NAME at their paths below the prefix. Its SHA-256
+is the file's, or a prefix's tree digest: `python -m trainer.fetch --digest DIR` prints it for the
+directory one uploaded (each file's path and SHA-256, sorted by path, hashed).
 
 Fetched once: `/data/.fetched/NAME.json` records what NAME holds (its URL and SHA-256); a pod that
 finds it there, for the same SHA-256, fetches nothing. One pod fetches at a time (an flock on the
@@ -27,6 +32,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from trainer import object_store
 from trainer.checkpoint.durable import fsync_directory, write_text_atomically
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
@@ -40,7 +46,7 @@ class FetchFailed(RuntimeError):
     pass
 
 
-def fetch(url: str, sha256: str, into: Path, tries: int = TRIES, wait_s: float = 2.0) -> str:
+def fetch(url: str, sha256: str, into: Path, endpoint: str | None = None, tries: int = TRIES, wait_s: float = 2.0) -> str:
     """Makes `into` hold what `url` serves, once; returns what was done, as a line for the log."""
     records = into.parent / RECORDS
     records.mkdir(exist_ok=True)
@@ -49,18 +55,17 @@ def fetch(url: str, sha256: str, into: Path, tries: int = TRIES, wait_s: float =
         fcntl.flock(lock, fcntl.LOCK_EX)  # the kernel drops it if this process dies
         if _recorded_sha256(record) == sha256 and into.exists():
             return f"[DATA] {into}: present ({url}, sha256 {sha256[:12]}), not fetched again"
-        download = records / f"{into.name}.download"
         started = time.monotonic()
-        size = _download(url, download, sha256, tries, wait_s)
         staged = records / f"{into.name}.partial"
         shutil.rmtree(staged, ignore_errors=True)
         try:
-            _unpack(url, download, staged)
+            if url.startswith(object_store.SCHEME):
+                size = _download_prefix(url, staged, sha256, endpoint, tries)
+            else:
+                size = _download_and_unpack(url, records / f"{into.name}.download", staged, sha256, tries, wait_s)
         except BaseException:
             shutil.rmtree(staged, ignore_errors=True)
             raise
-        finally:
-            download.unlink(missing_ok=True)
         if into.exists() or into.is_symlink():
             into.rename(_aside(records, into.name))
         os.rename(staged, into)
@@ -68,6 +73,37 @@ def fetch(url: str, sha256: str, into: Path, tries: int = TRIES, wait_s: float =
         fsync_directory(records)
         fsync_directory(into.parent)
         return f"[DATA] {into}: fetched {url} ({size} bytes, sha256 {sha256[:12]}) in {time.monotonic() - started:.1f}s"
+
+
+def _download_and_unpack(url: str, download: Path, staged: Path, sha256: str, tries: int, wait_s: float) -> int:
+    size = _download(url, download, sha256, tries, wait_s)
+    try:
+        _unpack(url, download, staged)
+    finally:
+        download.unlink(missing_ok=True)
+    return size
+
+
+def _download_prefix(url: str, staged: Path, sha256: str, endpoint: str | None, tries: int) -> int:
+    try:
+        files, size = object_store.download_prefix(url, staged, endpoint, tries)
+    except object_store.ObjectStoreError as error:
+        raise FetchFailed(f"storage.datasets.source {url}: cannot fetch it ({error})") from None
+    if (digest := tree_digest(staged)) != sha256:
+        raise FetchFailed(
+            f"storage.datasets.source {url}: its tree digest is {digest}, not {sha256} as the stack says "
+            f"({files} files, {size} bytes; `python -m trainer.fetch --digest DIR` gives a directory's); nothing on the claim was changed"
+        )
+    return size
+
+
+def tree_digest(root: Path) -> str:
+    """SHA-256 of a directory's files: each one's path below `root` and SHA-256, sorted by path."""
+    lines = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        with open(path, "rb") as opened:
+            lines.append(f"{path.relative_to(root).as_posix()}\0{hashlib.file_digest(opened, 'sha256').hexdigest()}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 def _aside(records: Path, name: str) -> Path:
@@ -147,12 +183,19 @@ def _unpack(url: str, archive: Path, staged: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.fetch", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--sha256", required=True)
-    parser.add_argument("--into", type=Path, required=True, help="the directory the data lands in, /data/NAME")
+    parser.add_argument("--digest", type=Path, metavar="DIR", help="print DIR's tree digest, the sha256 of a prefix holding it, and stop")
+    parser.add_argument("--url")
+    parser.add_argument("--sha256")
+    parser.add_argument("--into", type=Path, help="the directory the data lands in, /data/NAME")
+    parser.add_argument("--endpoint", help="an S3-compatible service's URL, for an s3:// source (unset: AWS's)")
     args = parser.parse_args(argv)
+    if args.digest:
+        print(tree_digest(args.digest))
+        return 0
+    if not (args.url and args.sha256 and args.into):
+        parser.error("--url, --sha256 and --into are required (or --digest DIR)")
     try:
-        print(fetch(args.url, args.sha256, args.into), flush=True)
+        print(fetch(args.url, args.sha256, args.into, args.endpoint), flush=True)
     except (FetchFailed, tarfile.TarError, zipfile.BadZipFile) as exc:
         print(f"[DATA] {exc}", file=sys.stderr, flush=True)
         return 1

@@ -50,15 +50,29 @@ class DataSource(Model):
     """What fills the datasets claim before the world trains (trainer/fetch.py, in each pod's
     fetch-data init container): fetched once, verified, unpacked; not fetched again while present."""
 
-    url: Annotated[str, AfterValidator(pattern(r"https?://[^\s/?#]+[^\s]*", "an http:// or https:// URL without spaces"))] = Field(
-        description=f"An archive ({', '.join(fetch.ARCHIVE_SUFFIXES)}), unpacked into /data/<into>, or a file, copied there."
-    )
+    url: Annotated[str, AfterValidator(pattern(
+        r"https?://[^\s/?#]+[^\s]*|s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?",
+        "an http:// or https:// URL without spaces, or s3://BUCKET/PREFIX/"))] = Field(
+        description=f"An archive ({', '.join(fetch.ARCHIVE_SUFFIXES)}), unpacked into /data/<into>, or a file, copied there; "
+        "or an object store prefix, s3://BUCKET/PREFIX/, its objects copied there at their paths below it."
+    )  # fmt: skip
     sha256: Annotated[str, AfterValidator(pattern(r"[0-9a-f]{64}", "64 lowercase hexadecimal digits"))] = Field(
-        description="The SHA-256 of what url serves: a download that differs fails the world, and nothing on the claim changes."
+        description="The SHA-256 of what url serves, or of a prefix's tree (`python -m trainer.fetch --digest DIR`): "
+        "a download that differs fails the world, and nothing on the claim changes."
+    )
+    endpoint: Optional[Annotated[str, AfterValidator(pattern(r"https?://[^\s/?#]+/?", "an http:// or https:// URL of a host, no path"))]] = Field(
+        None, description="An S3-compatible service for an s3:// url (MinIO, Ceph, GCS's XML API, R2); unset: AWS's. "
+        "Credentials: the AWS_* variables of env and secretEnv, or the pod's cloud identity."
     )
     into: Optional[Annotated[str, AfterValidator(pattern(_DIRECTORY, "a directory name: 1-128 of A-Z a-z 0-9 . _ -, starting alphanumeric"))]] = Field(
         None, description="The directory under /data it lands in (unset: the URL's file name without its archive suffix)."
     )
+
+    @model_validator(mode="after")
+    def _an_endpoint_serves_an_object_store(self) -> "DataSource":
+        if self.endpoint is not None and not self.url.startswith(fetch.object_store.SCHEME):
+            raise field_problem(("endpoint",), "unset for an http(s) url (an endpoint serves an s3:// source)", self.endpoint)
+        return self
 
     @property
     def directory(self) -> str:
@@ -73,7 +87,7 @@ class DatasetsVolume(VolumeConfig):
     claim_name: DnsSubdomain = Field("datasets-pvc", description="Claim mounted at /data.")
     size: Optional[StorageSize] = Field("100Gi", description="Requested storage (required when create is true).")
     source: Optional[DataSource] = Field(
-        None, description="A dataset fetched onto the claim before the world trains: url, sha256, into (see docs/architecture.md)."
+        None, description="A dataset fetched onto the claim before the world trains: url, sha256, into, endpoint (see docs/architecture.md)."
     )
 
     @model_validator(mode="after")

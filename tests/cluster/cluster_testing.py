@@ -139,6 +139,11 @@ class EngineStack:
         self.up_output = result.output  # its warnings included
         self.outputs = json.loads(self.project.stack_outputs(self.stack).stdout)
 
+    def encrypted(self, value: str) -> dict[str, str]:
+        """`value` as the stack file holds one set with `--secret`, to be given to `up` as a config value."""
+        self.project.config_set(self.stack, "encrypting", value, secret=True)
+        return self.project.stack_config(self.stack)[f"{PROJECT}:encrypting"]
+
     def applied_objects(self) -> list[dict[str, Any]]:
         """The Kubernetes objects the engine's state holds, each as the cluster has it now."""
         by_namespace: dict[str, list[str]] = {}

@@ -2,7 +2,9 @@
 (a pod of the trainer's image serving a corpus archive), the dev world fetching it once in its
 `fetch-data` init containers and training a language model on it, an `up` that starts new pods
 fetching nothing, and a source whose SHA-256 differs, then one that cannot be reached, failing
-the world with that reason in the status view while the claim keeps the corpus."""
+the world with that reason in the status view while the claim keeps the corpus. Then an object
+store inside it (versitygw, the toolchain's, in a pod) serving the corpus under a prefix: the
+stack's secretEnv credentials refused with a wrong secret, saying so, then accepted."""
 
 from __future__ import annotations
 
@@ -11,9 +13,13 @@ import hashlib
 import io
 import json
 import tarfile
+from pathlib import Path
 
 import pytest
+from pulumi_project import toolchain_bin_dir
 from trainer_testing import with_option, write_corpus
+
+from trainer.fetch import tree_digest
 
 from cluster_testing import (
     NAMESPACE, TEST_DOMAIN, all_logs, apply, claim_path, cluster_state, get, job_condition, pods, running, status_view, wait_for, world_pods,
@@ -22,6 +28,8 @@ from cluster_testing import (
 pytestmark = pytest.mark.timeout(900)
 
 FILES = "files"  # the file server's namespace, Service and pod
+OBJECTS, OBJECTS_PORT = "objects", 7070  # the object store's Service and pod, in that namespace
+ACCESS, SECRET = "corpus-reader", "corpus-reader-secret"
 LM_RUN = ["-m", "trainer.train", "lm", "--data-dir", "/data/corpus", "--epochs", "1", "--batch", "4", "--seq-len", "32",
           "--d-model", "32", "--n-layer", "1", "--n-head", "2", "--lr", "3e-3", "--log-every", "2"]  # fmt: skip
 
@@ -48,6 +56,26 @@ def file_server(image: str, archive: bytes) -> list[dict]:
                   "volumes": [{"name": "files", "configMap": {"name": FILES}}]}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": FILES, "namespace": FILES},
          "spec": {"selector": labels, "ports": [{"port": 8080, "targetPort": 8080}]}},
+    ]  # fmt: skip
+
+
+def object_store(image: str, buckets: Path) -> list[dict]:
+    """versitygw's posix backend on `buckets` (its subdirectories are the buckets), the toolchain's
+    static binary mounted from the node, with one account's SigV4 credentials."""
+    binary = (toolchain_bin_dir() / "versitygw").resolve()
+    labels = {"app": OBJECTS}
+    return [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": OBJECTS, "namespace": FILES, "labels": labels},
+         "spec": {"securityContext": {"runAsUser": 0},  # the test's directories are root's
+                  "containers": [{"name": "s3", "image": image, "imagePullPolicy": "IfNotPresent",
+                                  "command": ["/versitygw/versitygw", "--access", ACCESS, "--secret", SECRET,
+                                              "--port", f":{OBJECTS_PORT}", "posix", "/buckets"],
+                                  "volumeMounts": [{"name": "binary", "mountPath": "/versitygw", "readOnly": True},
+                                                   {"name": "buckets", "mountPath": "/buckets"}]}],
+                  "volumes": [{"name": "binary", "hostPath": {"path": str(binary.parent), "type": "Directory"}},
+                              {"name": "buckets", "hostPath": {"path": str(buckets), "type": "Directory"}}]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": OBJECTS, "namespace": FILES},
+         "spec": {"selector": labels, "ports": [{"port": OBJECTS_PORT, "targetPort": OBJECTS_PORT}]}},
     ]  # fmt: skip
 
 
@@ -82,7 +110,11 @@ def test_a_source_fills_the_claim_once_and_a_bad_one_fails_the_world_with_its_re
     archive = corpus_archive(tmp_path)
     sha256 = hashlib.sha256(archive).hexdigest()
     url = f"http://{FILES}.{FILES}.svc.{TEST_DOMAIN}:8080/corpus.tar.gz"
-    apply(cluster, file_server(dev_image, archive))
+    buckets = tmp_path / "buckets"
+    for name in ("train.jsonl", "val.jsonl"):  # the corpus again, as objects under corpora/web/v1/
+        (buckets / "corpora" / "web" / "v1").mkdir(parents=True, exist_ok=True)
+        (buckets / "corpora" / "web" / "v1" / name).write_bytes((tmp_path / "corpus" / name).read_bytes())
+    apply(cluster, file_server(dev_image, archive) + object_store(dev_image, buckets))
     try:
         wait_for(lambda: running(get(cluster, "pod", FILES, FILES)), 120, "the file server to run")
         dev_stack.up(run__args=LM_RUN, storage__datasets__source={"url": url, "sha256": sha256})
@@ -113,5 +145,24 @@ def test_a_source_fills_the_claim_once_and_a_bad_one_fails_the_world_with_its_re
             # nothing on the claim changed
             assert (corpus / "train.jsonl").read_bytes() == (tmp_path / "corpus" / "train.jsonl").read_bytes()
             assert json.loads((corpus.parent / ".fetched" / "corpus.json").read_text())["sha256"] == sha256
+
+        # An object store's prefix, read with the credentials of the stack's secretEnv.
+        wait_for(lambda: running(get(cluster, "pod", OBJECTS, FILES)), 120, "the object store to run")
+        prefix = {"url": "s3://corpora/web/v1/", "sha256": tree_digest(tmp_path / "corpus"), "into": "corpus-s3",
+                  "endpoint": f"http://{OBJECTS}.{FILES}.svc.{TEST_DOMAIN}:{OBJECTS_PORT}"}  # fmt: skip
+        from_prefix = with_option(LM_RUN, "--data-dir", "/data/corpus-s3")
+        for secret, reason in [("not-" + SECRET, "cannot fetch it (SignatureDoesNotMatch: "), (SECRET, None)]:
+            keys = {"AWS_ACCESS_KEY_ID": dev_stack.encrypted(ACCESS), "AWS_SECRET_ACCESS_KEY": dev_stack.encrypted(secret)}
+            dev_stack.up(run__args=from_prefix, storage__datasets__source=prefix, secretEnv=keys)
+            if reason:
+                status = says_why_the_world_fails(cluster, dev_stack.outputs["statusCommand"])
+                assert reason in status, status
+                assert not (corpus.parent / "corpus-s3").exists()
+        assert wait_for(lambda: job_condition(cluster), 600, "the Job on the prefix's corpus to end", interval=3) == "Complete"
+        said = sorted(line.split(": ", 1)[1].split(" (")[0] for line in fetch_lines(cluster))
+        assert said == ["fetched s3://corpora/web/v1/", "present"], said
+        for name in ("train.jsonl", "val.jsonl"):  # (the trainer added its token cache beside them)
+            assert (corpus.parent / "corpus-s3" / name).read_bytes() == (tmp_path / "corpus" / name).read_bytes(), name
+        assert "[DONE]" in all_logs(cluster, NAMESPACE, world_pods(cluster)[0]["metadata"]["name"])
     finally:
         cluster.kubectl("delete", "namespace", FILES, "--wait=false")

@@ -38,6 +38,30 @@ def test_a_source_fills_the_claim_in_an_init_container_before_the_trainer(kind):
 
 
 @pulumi.runtime.test
+def test_an_object_store_prefix_is_fetched_with_its_endpoint_and_the_stacks_aws_credentials():
+    prefix = {"url": "s3://corpora/web/v3/", "sha256": SHA256, "endpoint": "http://minio.storage.svc:9000"}
+    values = harness.stack_config_with("dev", storage__datasets__source=prefix, env={"AWS_REGION": "eu-west-1", "HF_HUB_OFFLINE": "1"},
+                                       secretEnv={"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "key", "WANDB_API_KEY": "k"})  # fmt: skip
+    evaluation = harness.evaluate(values, stack="dev", secret_keys=("secretEnv",))
+    assert evaluation.error is None, str(evaluation.error)
+    fetch, trainer = evaluation.pod_spec["initContainers"][0], evaluation.container
+    assert fetch["args"] == ["--url", prefix["url"], "--sha256", SHA256, "--into", "/data/v3", "--endpoint", prefix["endpoint"]]
+    handed = {entry["name"]: entry for entry in fetch["env"]}
+    assert {name for name in handed if name != "HOME"} == {"AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    assert all(handed[name] == entry for entry in trainer["env"] if (name := entry["name"]) in handed and name != "HOME")
+    assert "value" not in handed["AWS_SECRET_ACCESS_KEY"], "read from the stack's Secret, as the trainer reads it"
+
+
+@pulumi.runtime.test
+def test_the_stacks_annotations_give_the_world_s_service_account_a_cloud_identity():
+    role = "arn:aws:iam::123456789012:role/corpus-reader"
+    evaluation = harness.evaluated_with("dev", annotations={"eks.amazonaws.com/role-arn": role})
+    (account,) = [m for m in evaluation.kubernetes_manifests if m["kind"] == "ServiceAccount"]
+    assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == role
+    assert evaluation.pod_spec["serviceAccountName"] == account["metadata"]["name"]
+
+
+@pulumi.runtime.test
 def test_into_names_the_directory_and_no_source_adds_nothing():
     evaluation = harness.evaluated_with("dev", storage__datasets__source={**SOURCE, "into": "corpus-v3"})
     assert evaluation.pod_spec["initContainers"][0]["args"][-1] == "/data/corpus-v3"

@@ -1,6 +1,6 @@
 """The datasets claim filled from `storage.datasets.source` (trainer/fetch.py), against a real HTTP
-server on loopback: fetched once, verified before anything changes, unpacked safely, never losing
-what the claim held, one pod at a time."""
+server and a real S3-compatible object store (versitygw) on loopback: fetched once, verified before
+anything changes, unpacked safely, never losing what the claim held, one pod at a time."""
 
 from __future__ import annotations
 
@@ -8,13 +8,18 @@ import hashlib
 import http.server
 import io
 import json
+import socket
+import subprocess
 import tarfile
 import threading
 import zipfile
 from pathlib import Path
 
 import pytest
-from trainer_testing import PYTHON, clean_env, free_port, run_to_end
+from pulumi_project import toolchain_bin_dir
+from refusals import skip_if_refused_else_fail
+from trainer_testing import PYTHON, clean_env, free_port, kill_tree, run_to_end
+from waiting import wait_for
 
 from trainer.fetch import FetchFailed, fetch
 
@@ -172,3 +177,89 @@ def test_pods_that_start_together_fetch_once(served, tmp_path):
     said = sorted(text.strip().split(": ", 1)[1].split(" (")[0] for _, text in results)
     assert said == [f"fetched {served.url('corpus.tar.gz')}", "present", "present"], said
     assert served.gets == {"/corpus.tar.gz": 1}
+
+
+# --- an object store prefix -----------------------------------------------------------------------
+ACCESS, SECRET = "fetch-test-access", "fetch-test-secret-key"
+
+
+class ObjectStore:
+    """versitygw's posix backend on loopback: `root`'s subdirectories are buckets, their files objects."""
+
+    def __init__(self, root: Path, port: int):
+        self.root, self.endpoint = root, f"http://127.0.0.1:{port}"
+
+    def put(self, bucket: str, files: dict[str, bytes]) -> None:
+        for name, data in files.items():
+            (self.root / bucket / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.root / bucket / name).write_bytes(data)
+
+
+@pytest.fixture
+def object_store(tmp_path):
+    bin_dir = toolchain_bin_dir()
+    binary = bin_dir / "versitygw"
+    if not binary.exists():
+        skip_if_refused_else_fail("versitygw", bin_dir, f"{binary} is not built")
+    root, port = tmp_path / "buckets", free_port()
+    root.mkdir()
+    command = [binary, "--access", ACCESS, "--secret", SECRET, "--port", f"127.0.0.1:{port}", "posix", str(root)]
+    with open(tmp_path / "versitygw.log", "wb") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() is None, 30, "versitygw to listen",
+                 interval=0.2, gone=lambda: None if server.poll() is None else f"versitygw exited ({server.poll()})")  # fmt: skip
+        yield ObjectStore(root, port)
+    finally:
+        kill_tree(server.pid)
+        server.wait(10)
+
+
+def credentials(monkeypatch, secret: str = SECRET) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+
+
+def test_an_object_store_prefix_is_fetched_whole_and_verified_by_its_tree_digest(object_store, tmp_path, monkeypatch):
+    corpus = {"train.jsonl": b'{"text": "a"}\n', "val/val.jsonl": b'{"text": "b"}\n', "shards/00001.bin": bytes(range(256)) * 64}
+    object_store.put("corpora", {f"web/v1/{name}": data for name, data in corpus.items()})
+    object_store.put("corpora", {"web/v10/other.jsonl": b"not under web/v1/", "web/v1.txt": b"nor this"})
+    uploaded = tmp_path / "uploaded"  # the copy one uploaded, and digests with the command the docs give
+    for name, data in corpus.items():
+        (uploaded / name).parent.mkdir(parents=True, exist_ok=True)
+        (uploaded / name).write_bytes(data)
+    code, digest = run_to_end([PYTHON, "-m", "trainer.fetch", "--digest", str(uploaded)], clean_env(), tmp_path / "digest.log", timeout=60)
+    assert code == 0, digest
+    digest = digest.strip()
+    listed = "".join(f"{name}\0{hashlib.sha256(corpus[name]).hexdigest()}\n" for name in sorted(corpus))
+    assert digest == hashlib.sha256(listed.encode()).hexdigest(), "each file's path and SHA-256, sorted by path, hashed"
+    credentials(monkeypatch)
+    data = tmp_path / "data"
+    data.mkdir()
+    said = fetch("s3://corpora/web/v1", digest, data / "corpus", endpoint=object_store.endpoint)
+    assert said.startswith("[DATA] ") and "fetched s3://corpora/web/v1 (" in said, said
+    got = {p.relative_to(data / "corpus").as_posix(): p.read_bytes() for p in (data / "corpus").rglob("*") if p.is_file()}
+    assert got == corpus
+    assert "not fetched again" in fetch("s3://corpora/web/v1/", digest, data / "corpus", endpoint=object_store.endpoint)
+
+    # a prefix whose objects changed: the digest differs, nothing on the claim changes
+    object_store.put("corpora", {"web/v2/train.jsonl": b"changed\n"})
+    with pytest.raises(FetchFailed, match=rf"its tree digest is [0-9a-f]{{64}}, not {'1' * 64} as the stack says \(1 files, 8 bytes"):
+        fetch("s3://corpora/web/v2/", "1" * 64, data / "corpus", endpoint=object_store.endpoint)
+    assert {p.relative_to(data / "corpus").as_posix(): p.read_bytes() for p in (data / "corpus").rglob("*") if p.is_file()} == corpus
+
+
+def test_a_wrong_secret_an_empty_prefix_and_a_store_that_does_not_answer_fail_with_the_stores_reason(object_store, tmp_path, monkeypatch):
+    object_store.put("corpora", {"web/v1/train.jsonl": b"x\n"})
+    credentials(monkeypatch, secret="not-the-secret")
+    with pytest.raises(FetchFailed, match=r"s3://corpora/web/v1/: cannot fetch it \(SignatureDoesNotMatch: "):
+        fetch("s3://corpora/web/v1/", "0" * 64, tmp_path / "corpus", endpoint=object_store.endpoint, tries=1)
+    credentials(monkeypatch)
+    with pytest.raises(FetchFailed, match=r"cannot fetch it \(no object under the prefix web/v9/\)"):
+        fetch("s3://corpora/web/v9/", "0" * 64, tmp_path / "corpus", endpoint=object_store.endpoint, tries=1)
+    with pytest.raises(FetchFailed, match=r"cannot fetch it \(NoSuchBucket: "):
+        fetch("s3://no-such-bucket/web/", "0" * 64, tmp_path / "corpus", endpoint=object_store.endpoint, tries=1)
+    with pytest.raises(FetchFailed, match=r"cannot fetch it \(Could not connect to the endpoint URL"):
+        fetch("s3://corpora/web/v1/", "0" * 64, tmp_path / "corpus", endpoint=f"http://127.0.0.1:{free_port()}", tries=1)
+    assert not (tmp_path / "corpus").exists() and sorted(p.name for p in (tmp_path / ".fetched").iterdir()) == ["corpus.lock"]
