@@ -22,8 +22,9 @@ from .names import SECRETS_DIGEST_ANNOTATION
 
 def secret_values(config: StackConfig) -> dict[str, pulumi.Output]:
     """Every secret value the pods read, by its config key."""
-    token: dict[str, Optional[pulumi.Output]] = {"hfToken": config.hf_token}
-    return {key: value for key, value in {**token, **{f"secretEnv.{n}": v for n, v in config.secret_env.items()}}.items() if value is not None}
+    values: dict[str, Optional[pulumi.Output]] = {"hfToken": config.hf_token}
+    values.update({f"secretEnv.{name}": value for name, value in config.secret_env.items()})
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def with_secrets_digest(template: dict[str, Any], secrets: dict[str, pulumi.Output]) -> dict[str, Any]:
