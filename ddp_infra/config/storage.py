@@ -8,7 +8,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import AfterValidator, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from trainer import fetch
+from trainer import fetch, object_store
 
 from .scalars import DnsSubdomain, Model, StorageSize, field_problem, pattern
 
@@ -70,7 +70,7 @@ class DataSource(Model):
 
     @model_validator(mode="after")
     def _an_endpoint_serves_an_object_store(self) -> "DataSource":
-        if self.endpoint is not None and not self.url.startswith(fetch.object_store.SCHEME):
+        if self.endpoint is not None and not self.url.startswith(object_store.SCHEME):
             raise field_problem(("endpoint",), "unset for an http(s) url (an endpoint serves an s3:// source)", self.endpoint)
         return self
 

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import io
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -111,9 +112,7 @@ def test_a_source_fills_the_claim_once_and_a_bad_one_fails_the_world_with_its_re
     sha256 = hashlib.sha256(archive).hexdigest()
     url = f"http://{FILES}.{FILES}.svc.{TEST_DOMAIN}:8080/corpus.tar.gz"
     buckets = tmp_path / "buckets"
-    for name in ("train.jsonl", "val.jsonl"):  # the corpus again, as objects under corpora/web/v1/
-        (buckets / "corpora" / "web" / "v1").mkdir(parents=True, exist_ok=True)
-        (buckets / "corpora" / "web" / "v1" / name).write_bytes((tmp_path / "corpus" / name).read_bytes())
+    shutil.copytree(tmp_path / "corpus", buckets / "corpora" / "web" / "v1")  # the corpus again, as objects under corpora/web/v1/
     apply(cluster, file_server(dev_image, archive) + object_store(dev_image, buckets))
     try:
         wait_for(lambda: running(get(cluster, "pod", FILES, FILES)), 120, "the file server to run")

@@ -8,9 +8,9 @@ whole, go under `<run dir>/wandb/`, on the outputs claim, where `wandb sync` fin
 
 As for MLflow, the client works from a thread of its own: `wandb.init` against a server that does
 not answer takes its `init_timeout` to fail (90 s; `WANDB_INIT_TIMEOUT`), and rank 0 must not keep
-the world waiting that long.
-Figures queue up meanwhile; a client that cannot start (or an image without `wandb`) turns W&B off
-for this process with one line. The end waits at most CLOSE_WAIT_S (W&B's `finish_timeout`): what is unsent stays on disk.
+the world waiting that long. Figures queue up meanwhile; a client that cannot start (or an image
+without `wandb`) turns W&B off for this process with one line. The end waits at most CLOSE_WAIT_S
+(W&B's `finish_timeout`): what is unsent stays on disk.
 """
 
 from __future__ import annotations
