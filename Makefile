@@ -5,7 +5,7 @@ PY := .venv/bin/python
 TOOLCHAIN_PATH = $$(toolchain/build.sh --bin-dir):$$PATH
 STACK ?= dev
 
-.PHONY: setup test bench preview-diff cluster-up cluster-down demo demo-resize demo-status demo-down
+.PHONY: setup test bench preview-diff cluster-up cluster-down image demo demo-resize demo-status demo-down
 
 setup:
 	scripts/setup.sh
@@ -39,6 +39,11 @@ cluster-up:
 
 cluster-down:
 	@$(PY) -m toolchain.cluster down --name $(CLUSTER)
+
+# A task of one's own in its image: DIR's Dockerfile built FROM the trainer image and loaded into the
+# local cluster CLUSTER as TAG (what `docker build` and `kind load` do elsewhere; docs/trainer.md).
+image:
+	@$(PY) -m toolchain.cluster image --name $(CLUSTER) "$(DIR)" "$(TAG)"
 
 # The demo (demo/): the dev stack trained on the local cluster CLUSTER by the real `pulumi up`,
 # followed to its result. demo-resize changes its size while it trains (NODES, default 3); demo-down

@@ -30,6 +30,9 @@
 #   toolchain/images.sh --print  print `<name> <image ref> <tar path>` for pause, trainer and shapes,
 #                                the current keys' paths, built or not (builds nothing)
 #   toolchain/images.sh --keys   print `<name> <key>` for pause, base, trainer and shapes (builds nothing)
+#   toolchain/images.sh --build DIR REF TAR
+#                                also DIR/Dockerfile, FROM the trainer image (TRAINER_IMAGE), as REF
+#                                into TAR: a user's task in its image (`make image`), built every time
 #
 # DDP_INFRA_TRAINER_DIR points at another build context than the repository's trainer/ (the
 # tests use it on a copy); DDP_INFRA_IMAGES_DRIVER forces a storage driver (overlay or vfs).
@@ -42,16 +45,26 @@ example_dir=$root/examples/shapes
 cache=${DDP_INFRA_CACHE:-$HOME/.cache/ddp-infra}/images
 logs=$cache/logs
 
+usage="usage: $0 [--print | --keys | --build DIR REF TAR]"
 mode=build
 case "${1:-}" in
   --print) mode=print ;;
   --keys) mode=keys ;;
+  --build) mode=user ;;
   "") ;;
-  *) echo "usage: $0 [--print | --keys]" >&2; exit 2 ;;
+  *) echo "$usage" >&2; exit 2 ;;
 esac
-if [ $# -gt 1 ]; then
-  echo "usage: $0 [--print | --keys]" >&2
+if { [ $mode = user ] && [ $# -ne 4 ]; } || { [ $mode != user ] && [ $# -gt 1 ]; }; then
+  echo "$usage" >&2
   exit 2
+fi
+if [ $mode = user ]; then
+  if [ ! -f "$2/Dockerfile" ]; then
+    echo "[images] no Dockerfile in $2: a task's image is built FROM the trainer's by its Dockerfile (docs/trainer.md)" >&2
+    exit 2
+  fi
+  # absolute: each build runs in a work directory of its own
+  user_dir=$(cd "$2" && pwd) user_ref=$3 user_tar=$(cd "$(dirname "$4")" && pwd)/$(basename "$4")
 fi
 
 torch_version=$(sed -n 's/^torch==\([^[:space:];#]*\).*/\1/p' "$trainer_dir/requirements.txt")
@@ -218,6 +231,11 @@ bud_and_export() {
 
 build_trainer() { bud_and_export "$trainer_ref" "$trainer_tar" "$trainer_dir" "BASE_IMAGE=$base_ref"; }
 build_example() { bud_and_export "$example_ref" "$example_tar" "$example_dir" "TRAINER_IMAGE=$trainer_ref"; }
+# A user's image leaves nothing in the storage: the tar is what the cluster loads.
+build_user() {
+  bud_and_export "$user_ref" "$user_tar" "$user_dir" "TRAINER_IMAGE=$trainer_ref"
+  bah rmi "$user_ref"
+}
 
 # What the trainer's key covers of its build context DIR: one line per file that `buildah bud`
 # sends, and the ignore file and the Dockerfile (toolchain/build/build_context_digest.py). The digest's
@@ -254,7 +272,7 @@ case $mode in
     ;;
 esac
 
-if [ -f "$pause_tar" ] && [ -f "$trainer_tar" ] && [ -f "$example_tar" ]; then
+if [ $mode = build ] && [ -f "$pause_tar" ] && [ -f "$trainer_tar" ] && [ -f "$example_tar" ]; then
   echo "[images] up to date: $pause_tar $trainer_tar $example_tar"
   exit 0
 fi
@@ -340,11 +358,19 @@ if [ ! -f "$trainer_tar" ]; then
   fi
   step trainer "$trainer_ref" build_trainer
 fi
-if [ ! -f "$example_tar" ]; then
-  if ! bah inspect --type image "$trainer_ref" >/dev/null 2>&1; then  # its tar is there, not its image
+# The trainer's image in the storage, for what is built FROM it (its tar is there, perhaps not its image).
+trainer_in_storage() {
+  if ! bah inspect --type image "$trainer_ref" >/dev/null 2>&1; then
     bah pull --signature-policy "$cache/policy.json" "docker-archive:$trainer_tar" >/dev/null
   fi
+}
+if [ ! -f "$example_tar" ]; then
+  trainer_in_storage
   step shapes "$example_ref" build_example
+fi
+if [ $mode = user ]; then
+  trainer_in_storage
+  step "$(basename "$user_tar" .tar)" "$user_ref" build_user
 fi
 
 # Keep only the current keys: tars of other keys, images of other keys in the storage, and the
@@ -370,3 +396,6 @@ for dir in "$cache"/wheels/*; do
 done
 rm -rf "$cache/tmp"
 echo "[images] ready: $(du -h "$pause_tar" | cut -f1) $pause_tar, $(du -h "$trainer_tar" | cut -f1) $trainer_tar, $(du -h "$example_tar" | cut -f1) $example_tar"
+if [ $mode = user ]; then
+  echo "[images] $user_ref: $user_tar"
+fi

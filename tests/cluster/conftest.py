@@ -20,6 +20,7 @@ from pulumi_project import installed_plugins, provider_versions, toolchain_path
 from refusals import refusal
 from toolchain.apiserver import find_tool, tool_dir
 from toolchain.cluster import ADDONS, LocalCluster, image_archives
+from toolchain.cluster.containerd import image_reference
 from trainer import contract
 
 
@@ -62,7 +63,7 @@ def _named_image(cluster: LocalCluster, built: str, name: str) -> str:
     """Gives the image images.sh built as `built` the name a stack gives it (pulled IfNotPresent)."""
     if built not in cluster.images:
         pytest.fail(f"the {built} image is not built ({image_archives()[built][1]} missing): run toolchain/images.sh")
-    reference = name if "/" in name else f"docker.io/library/{name}"
+    reference = image_reference(name)
     cluster.tag_image(cluster.images[built], reference)
     return reference
 

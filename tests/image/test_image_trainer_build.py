@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from trainer_testing import build_context_files
 
+from toolchain.cluster.containerd import image_reference
 from trainer import contract as c
 
 REPO = Path(__file__).resolve().parents[2]
@@ -207,6 +208,35 @@ def test_print_names_the_current_keys_under_the_cache_and_builds_nothing(tmp_pat
         assert ref == f"localhost/ddp-infra/{name}:{current[name]}"
         assert tar == str(cache / "images" / f"{name}-{current[name]}.tar")
     assert not cache.exists()
+
+
+def test_a_users_image_is_built_from_a_directory_with_a_dockerfile_to_a_reference_and_a_tar(tmp_path):
+    """`--build DIR REF TAR` (make image): a wrong call is refused before anything is built or locked."""
+    cache = tmp_path / "cache"
+    for args, said in [
+        (["--build", str(tmp_path)], "usage: "),
+        (["--build", str(tmp_path), "my-task:dev", str(tmp_path / "x.tar")], f"no Dockerfile in {tmp_path}: "),
+        (["--keys", "extra"], "usage: "),
+    ]:
+        refused = subprocess.run([str(IMAGES_SH), *args], capture_output=True, text=True, timeout=60,
+                                 env={**os.environ, "DDP_INFRA_CACHE": str(cache)})  # fmt: skip
+        assert refused.returncode == 2 and said in refused.stderr, (args, refused.stderr)
+    assert not cache.exists()
+
+
+@pytest.mark.parametrize(
+    "name, reference",
+    [
+        ("my-task:dev", "docker.io/library/my-task:dev"),
+        ("my-task", "docker.io/library/my-task:latest"),
+        ("team/my-task:1", "docker.io/team/my-task:1"),
+        ("registry.example.com:5000/team/my-task", "registry.example.com:5000/team/my-task:latest"),
+        ("localhost/ddp-infra/pause:b7df", "localhost/ddp-infra/pause:b7df"),
+        ("my-task@sha256:0123", "docker.io/library/my-task@sha256:0123"),
+    ],
+)
+def test_an_image_name_is_the_reference_the_kubelet_resolves_it_to(name, reference):
+    assert image_reference(name) == reference
 
 
 @pytest.fixture

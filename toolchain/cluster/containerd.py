@@ -139,10 +139,29 @@ state = "/run/containerd"
         if stale:
             self.ctr("images", "rm", "--sync", *stale, timeout=600)
 
+    def load(self, tar: Path) -> None:
+        """Imports an image archive built after the cluster started (`make image`); the store's
+        record is left as it is, so the next start prunes it as any image of another build."""
+        result = self.ctr("images", "import", str(tar), timeout=1800)
+        if result.returncode != 0:
+            raise ClusterError(f"ctr images import {tar} failed:\n{result.stderr}")
+
     def tag(self, source: str, target: str) -> None:
         result = self.ctr("images", "tag", "--force", source, target)
         if result.returncode != 0:
             raise ClusterError(f"ctr images tag {source} {target} failed:\n{result.stderr}")
+
+
+def image_reference(name: str) -> str:
+    """The reference the kubelet resolves a pod's `image:` to, as Docker's names normalize:
+    `my-task:dev` is docker.io/library/my-task:dev, `team/x` docker.io/team/x:latest."""
+    first, slash, rest = name.partition("/")
+    if not slash:
+        name = f"docker.io/library/{name}"
+    elif "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    last = name.rsplit("/", 1)[-1]
+    return name if ":" in last or "@" in last else f"{name}:latest"
 
 
 def recorded_images(store: Path) -> set[str]:
