@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,21 +19,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from new_user import fresh_clone, git, user_environment
 from pulumi_project import (
-    COMMAND_TIMEOUT_S, REPO, PulumiProject, Result, cli_home, file_backend_url, installed_plugins, provider_versions, require_tool,
-    toolchain_bin_dir, toolchain_path,
+    COMMAND_TIMEOUT_S, REPO, Result, file_backend_url, installed_plugins, provider_versions, require_tool, toolchain_path,
     user_database_home,
 )  # fmt: skip
 from toolchain.apiserver import LocalApiServer
-from toolchain.cluster.local_cluster import CACHE
 
 pytestmark = pytest.mark.timeout(3600)
 
 README = REPO / "README.md"
 SECTION = "## Using it"
-# What `make preview-diff` needs beside the program.
-MAKE_FILES = ("Makefile",)
-MAKE_DIRS = ("scripts", "toolchain")
 # The journey every user takes, each a prefix of at least one README command.
 ACTIVATE = ". toolchain/activate"
 JOURNEY = (
@@ -72,58 +67,6 @@ class Walk:
 
     def after(self, prefix: str, nth: int = 0) -> Result:
         return [result for line, result in self.steps if line.startswith(prefix)][nth]
-
-
-def _git(copy: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=copy, capture_output=True, text=True, check=True, timeout=60).stdout
-
-
-def fresh_clone(root: Path) -> Path:
-    """The project's files as a clone has them: a repository whose first commit is the project."""
-    template = PulumiProject(root / "template")  # copies the program and stack files, links the venv
-    copy = template.dir
-    for name in MAKE_FILES:
-        shutil.copy2(REPO / name, copy / name)
-    for name in MAKE_DIRS:
-        shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(REPO / ".gitignore", copy / ".gitignore")
-    _git(copy, "init", "-q")
-    _git(copy, "add", "-A")
-    _git(copy, "-c", "user.name=walk", "-c", "user.email=walk@example.invalid", "commit", "-q", "-m", "clone")
-    return copy
-
-
-def new_shell_path() -> str:
-    """A new shell's PATH after `make setup`: this machine's, without the toolchain's bin directory
-    that `make test` puts first. No pulumi on it: the README's own first line has to bring it."""
-    bin_dir = str(toolchain_bin_dir())
-    path = os.pathsep.join(entry for entry in os.environ.get("PATH", "").split(os.pathsep) if entry.rstrip("/") != bin_dir)
-    assert shutil.which("pulumi", path=path) is None, f"pulumi is on this machine's PATH ({path}): the walk would not show the README brings it"
-    return path
-
-
-def user_environment(home: Path, kubeconfig: str) -> dict[str, str]:
-    """A new user's shell: no backend, passphrase or stack chosen yet, and no pulumi on PATH. The
-    user's home is `home`, and so is the CLI's: its PULUMI_HOME is where it would be for a user whose
-    home that is, so the walk's login never touches this machine's. Its plugins are the ones `make
-    setup` installed in the CLI's home here."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PULUMI_", "KUBE"))}
-    (home / ".pulumi").mkdir(parents=True)
-    plugins = cli_home() / "plugins"
-    if plugins.is_dir():  # a provider installed as a plugin, rather than on PATH
-        (home / ".pulumi" / "plugins").symlink_to(plugins)
-    env.update(
-        HOME=str(home),
-        PULUMI_HOME=str(home / ".pulumi"),
-        PATH=new_shell_path(),
-        DDP_INFRA_CACHE=str(CACHE),  # where `make setup` put everything, under this machine's home
-        KUBECONFIG=kubeconfig,
-        KUBECACHEDIR=str(home / ".kube" / "cache"),
-        PULUMI_SKIP_UPDATE_CHECK="true",
-        PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
-        PULUMI_SKIP_CONFIRMATIONS="true",  # the confirmation prompt of up and destroy, answered yes
-    )
-    return env
 
 
 def run_line(line: str, copy: Path, env: dict[str, str]) -> Result:
@@ -225,7 +168,7 @@ def test_destroy_leaves_no_resource_in_the_state_and_keeps_the_claims(walk):
 
 def test_the_walk_changes_only_the_stack_file_it_configures(walk):
     """rendered/ is ignored; the one tracked file that changes is the stack's own."""
-    assert _git(walk.copy, "status", "--porcelain").splitlines() == [" M stacks/Pulumi.dev.yaml"]
+    assert git(walk.copy, "status", "--porcelain").splitlines() == [" M stacks/Pulumi.dev.yaml"]
 
 
 def test_stack_init_on_a_fresh_clone_adds_only_the_salt_the_readme_speaks_of(tmp_path):
@@ -236,8 +179,8 @@ def test_stack_init_on_a_fresh_clone_adds_only_the_salt_the_readme_speaks_of(tmp
     (tmp_path / "state").mkdir()
     init = run_line("pulumi stack init dev --secrets-provider passphrase", copy, env)
     assert init.returncode == 0, init.describe()
-    assert _git(copy, "status", "--porcelain").splitlines() == [" M stacks/Pulumi.dev.yaml"]
-    diff = [line for line in _git(copy, "diff", "-U0").splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert git(copy, "status", "--porcelain").splitlines() == [" M stacks/Pulumi.dev.yaml"]
+    diff = [line for line in git(copy, "diff", "-U0").splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
     assert len(diff) == 1 and diff[0].startswith("+encryptionsalt: "), diff
     readme = " ".join(README.read_text().split())
     assert "`pulumi stack init` changes one tracked file: it adds an `encryptionsalt:` line to `stacks/Pulumi.dev.yaml`" in readme
