@@ -7,7 +7,7 @@ Security level, an hour's deadline), on the node of a running pod of the world w
 since a ReadWriteOnce volume is attached to one node at a time. `kubectl exec` streams a tar of the
 run's results, unpacked under DIR/<run>: `best/` (the best epoch's model and its card),
 `metrics.jsonl`, `train-steps.jsonl`, `loss.png`, W&B's run files where it ran (`wandb/`: `wandb sync`
-uploads its offline runs from here), and with --checkpoints `checkpoints/`. The pod
+uploads its offline runs from here), what the hang watch left of a hung world (`hangs/`), and with --checkpoints `checkpoints/`. The pod
 is deleted however the copy ends.
 """
 
@@ -28,7 +28,7 @@ from observe.world_state import why_waiting
 from trainer import contract
 from trainer.fetch import data_members
 
-RESULTS = ("best", "metrics.jsonl", "train-steps.jsonl", "loss.png", "wandb")
+RESULTS = ("best", "metrics.jsonl", "train-steps.jsonl", "loss.png", "wandb", "hangs")
 CHECKPOINTS = "checkpoints"
 # W&B's debug logs link into the home of a pod that is gone; latest-run names a run copied already
 LEFT_OUT = ("wandb/latest-run", "wandb/*/logs")

@@ -12,10 +12,16 @@ So that the log says which rank hung, each rank publishes a heartbeat (its last 
 a counter) to the world's store every few seconds. A stalled rank reads them all twice:
 a rank whose counter did not move is frozen; otherwise the rank furthest behind is named. The
 lowest-numbered rank that is not to blame prints the one `[HANG]` line.
+
+Before it exits, each rank that ends the world leaves the evidence an engineer reads afterwards:
+its Python stacks, every thread's (where the training thread waits: which collective, which
+step), in `<run>/hangs/<time>/rank-<r>.txt`, one directory for the world (the first rank to end it
+names it in the store), which the `[HANG]` line names. A frozen rank leaves none: it cannot run.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import statistics
@@ -25,6 +31,7 @@ from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Callable, Iterator
 
 import torch.distributed as dist
@@ -134,9 +141,11 @@ class HangWatch:
     """
 
     def __init__(self, rank: int, pods: list[str], limits: HangLimits, connect: Callable[[], dist.Store] | None = None,
-                 exit_process: Callable[[int], None] = os._exit, publish_every_s: float = 2.0):  # fmt: skip
-        """pods: every rank's pod, by rank."""
+                 exit_process: Callable[[int], None] = os._exit, publish_every_s: float = 2.0,
+                 evidence_dir: Path | None = None):  # fmt: skip
+        """pods: every rank's pod, by rank. evidence_dir: where a hang's evidence goes (`<run>/hangs`)."""
         self.rank = rank
+        self.evidence_dir = evidence_dir
         self.pods = pods
         self.world_size = len(pods)
         self.limits = limits
@@ -266,12 +275,38 @@ class HangWatch:
         return beats
 
     def _tear_down(self, stalled: float, bound: float, verdict: Verdict) -> None:
+        evidence = self._leave_evidence(stalled, verdict)
         if verdict.reporter == self.rank:
             console.line(
                 f"{HANG} no training progress for {stalled:.0f} s (bound {bound:.0f} s) after global step {self._step}: {verdict.why}; "
                 f"rank {self.rank} ends the world (exit {EXIT_HUNG}) so it re-forms from its newest checkpoint"
+                + (f"; the live ranks' stacks: {evidence}/" if evidence else "")
             )
         self._exit(EXIT_HUNG)
+
+    def _leave_evidence(self, stalled: float, verdict: Verdict) -> Path | None:
+        """This rank's Python stacks, every thread's, in `<evidence_dir>/<time>/rank-<r>.txt`: the
+        world's one directory, named by the first rank to end the world (the store's compare-and-set),
+        or by this rank's own clock where the store does not answer. None where it could not be written."""
+        if self.evidence_dir is None:
+            return None
+        name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        try:
+            name = self._store.compare_set(_evidence_key(), "", name).decode()
+        except Exception:
+            pass  # its host is frozen: this rank's own time
+        directory = self.evidence_dir / name
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with open(directory / f"rank-{self.rank}.txt", "w") as out:
+                out.write(f"rank {self.rank} in pod {self.pods[self.rank]}: no progress for {stalled:.0f} s after "
+                          f"global step {self._step}; {verdict.why}\n\n")  # fmt: skip
+                out.flush()
+                faulthandler.dump_traceback(out, all_threads=True)
+        except OSError as error:
+            console.line(f"{HANG} rank {self.rank}: its stacks not written to {directory}: {error}")
+            return None
+        return directory
 
 
 def stragglers(forward_s: list[float]) -> list[tuple[int, float]]:
@@ -295,6 +330,10 @@ def own_pod() -> str:
 
 def _key(rank: int) -> str:
     return f"hang-watch/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/rank-{rank}"
+
+
+def _evidence_key() -> str:
+    return f"hang-watch/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/evidence"
 
 
 def _world_store() -> dist.Store:

@@ -1,4 +1,5 @@
-"""The run directory: /out/<run>/{epoch-N/, best -> epoch-N, metrics.jsonl, train-steps.jsonl, loss.png, checkpoints/}.
+"""The run directory: /out/<run>/{epoch-N/, best -> epoch-N, metrics.jsonl, train-steps.jsonl, loss.png, checkpoints/,
+hangs/<time>/ (what the hang watch leaves when it ends a world: trainer/hang_watch.py)}.
 
 metrics.jsonl holds one record per epoch, train-steps.jsonl one per `[TRAIN]` line (trainer/tracking/loss_curve.py),
 loss.png draws both (trainer/tracking/loss_curve.py).
@@ -15,6 +16,7 @@ BEST = "best"
 METRICS = "metrics.jsonl"
 TRAIN_STEPS = "train-steps.jsonl"
 CHECKPOINTS = "checkpoints"
+HANGS = "hangs"
 
 
 class RunDir:
@@ -24,6 +26,10 @@ class RunDir:
     @property
     def checkpoints(self) -> Path:
         return self.root / CHECKPOINTS
+
+    @property
+    def hangs(self) -> Path:
+        return self.root / HANGS
 
     @property
     def metrics(self) -> Path:

@@ -135,7 +135,7 @@ def train(args: argparse.Namespace, d: distributed.Dist, stop: StopRequest) -> N
     trackers = (tracking.open_trackers(run.root, args.run_name, vars(args), trainer.progress.global_step, stop)
                 if d.is_main else tracking.NO_TRACKERS)  # fmt: skip
     pods = distributed.every_rank(own_pod())  # for the hang watch's and the straggler's names
-    watch = HangWatch(d.rank, pods, HangLimits(args.hang_timeout_floor, args.hang_timeout_ceiling))
+    watch = HangWatch(d.rank, pods, HangLimits(args.hang_timeout_floor, args.hang_timeout_ceiling), evidence_dir=run.hangs)
     with trackers, watch:
         trainer.trackers, trainer.watch = trackers, watch
         trackers.log_result(trainer.fit())

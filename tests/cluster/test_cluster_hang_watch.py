@@ -13,9 +13,11 @@ import pytest
 from trainer_testing import same_result
 
 from cluster_testing import (
-    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, all_logs, final_done_lines, freeze_training, job_condition, pod_name, pod_resumed_lines,
-    resumed_step, wait_for, wait_for_checkpoint_after, wait_for_reform, wait_for_world,
+    CHECKPOINT_EVERY, DISRUPTED_RUN, NAMESPACE, RUN, all_logs, final_done_lines, freeze_training, job_condition, pod_name,
+    pod_resumed_lines, resumed_step, run_dir, wait_for, wait_for_checkpoint_after, wait_for_reform, wait_for_world,
 )  # fmt: skip
+from trainer import contract
+from trainer.outputs import HANGS
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -41,6 +43,12 @@ def test_a_frozen_pod_is_found_by_the_hang_watch_and_the_world_re_forms_exactly(
     hangs = [row for row in all_logs(cluster, NAMESPACE, pod_0).splitlines() if row.startswith("[HANG]")]
     assert len(hangs) == 1, hangs
     assert f"in pod {pod_1}" in hangs[0] and "(bound 30 s)" in hangs[0], hangs[0]
+    # the live rank's stacks on the outputs claim, in the directory the line names under /out/<run>/hangs/
+    named = hangs[0].split("the live ranks' stacks: ")[1].rstrip("/")
+    assert named.startswith(f"{contract.OUT_MOUNT}/{RUN}/{HANGS}/"), hangs[0]
+    evidence = run_dir(cluster) / HANGS / named.rsplit("/", 1)[1]
+    (stacks,) = evidence.iterdir()  # the frozen rank's process left none
+    assert stacks.read_text().startswith(f"rank {stacks.stem.split('-')[1]} in pod {pod_0}: no progress for "), stacks.read_text()[:400]
 
     assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
     finals = final_done_lines(cluster)

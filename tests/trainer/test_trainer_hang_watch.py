@@ -99,17 +99,18 @@ def published_step(port: int, rank: int) -> int | None:
     return Heartbeat.from_json(reader.get(key)).step if reader.check([key]) else None
 
 
-def watch_of(rank: int, port: int, exits: list, limits=HangLimits(floor_s=1, ceiling_s=5)) -> HangWatch:
+def watch_of(rank: int, port: int, exits: list, limits=HangLimits(floor_s=1, ceiling_s=5), pods=PODS[:2], evidence_dir=None) -> HangWatch:
     def connect():
         return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=2), wait_for_workers=False)
 
-    return HangWatch(rank, PODS[:2], limits, connect=connect, exit_process=lambda code: exits.append((rank, code)), publish_every_s=0.2)
+    return HangWatch(rank, pods, limits, connect=connect, exit_process=lambda code: exits.append((rank, code)), publish_every_s=0.2,
+                     evidence_dir=evidence_dir)  # fmt: skip
 
 
 @pytest.mark.timeout(60)
-def test_a_stalled_world_with_a_frozen_rank_ends_with_its_name(store_port, capsys):
+def test_a_stalled_world_with_a_frozen_rank_ends_with_its_name(store_port, capsys, tmp_path):
     exits: list[tuple[int, int]] = []
-    healthy, frozen = watch_of(0, store_port, exits), watch_of(1, store_port, exits)
+    healthy, frozen = watch_of(0, store_port, exits, evidence_dir=tmp_path / "hangs"), watch_of(1, store_port, exits)
     with healthy:
         with frozen:
             for step in (1, 2, 3):
@@ -125,6 +126,36 @@ def test_a_stalled_world_with_a_frozen_rank_ends_with_its_name(store_port, capsy
     assert "[HANG] no training progress for" in out, out
     assert "after global step 3: rank 1 stopped running (no heartbeat): rank 1 in pod ddp-1" in out, out
     assert "(at global step 3 or later" in out, out
+    # the evidence: rank 0's stacks, every thread's, in the directory the line names
+    (directory,) = (tmp_path / "hangs").iterdir()
+    assert f"the live ranks' stacks: {directory}/" in out, out
+    stacks = (directory / "rank-0.txt").read_text()
+    assert stacks.startswith("rank 0 in pod ddp-0: no progress for ") and "after global step 3; rank 1 stopped running" in stacks, stacks
+    assert "Current thread 0x" in stacks and "_watch_loop" in stacks and "test_trainer_hang_watch.py" in stacks, stacks
+
+
+@pytest.mark.timeout(60)
+def test_the_ranks_that_end_a_world_leave_their_stacks_in_one_directory(store_port, capsys, tmp_path):
+    """Ranks 0 and 1 wait on frozen rank 2: each ends the world and writes its stacks, both into the
+    directory the first of them named in the store."""
+    exits: list[tuple[int, int]] = []
+    watches = [watch_of(rank, store_port, exits, pods=PODS, evidence_dir=tmp_path / "hangs") for rank in range(3)]
+    for watch in watches:
+        watch.__enter__()
+    try:
+        for step in (1, 2, 3):
+            for watch in watches:
+                watch.beat(step)
+        wait_for(lambda: published_step(store_port, 2) == 3, 10, "rank 2's heartbeat at step 3 in the store")
+        watches[2].__exit__(None, None, None)  # rank 2's process stops
+        for watch in watches[:2]:
+            watch.beat(3)
+        wait_for(lambda: len(exits) == 2, 30, "ranks 0 and 1 ending their processes")
+    finally:
+        for watch in watches[:2]:
+            watch.__exit__(None, None, None)
+    (directory,) = (tmp_path / "hangs").iterdir()
+    assert sorted(path.name for path in directory.iterdir()) == ["rank-0.txt", "rank-1.txt"]
 
 
 class ReadsSignalled:

@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from waiting import wait_for
@@ -90,6 +91,14 @@ def test_a_frozen_worker_is_found_by_the_hang_watch_and_the_world_re_forms_exact
     # the step the world stalled after: past the checkpoint of step 16 the freeze came after (how
     # far past depends on how soon the freeze lands on a loaded machine)
     assert f"exit {EXIT_HUNG}" in hang and int(hang.split("bound 30 s) after global step ")[1].split(":")[0]) >= 16, hang
+    # the live rank's stacks, every thread's, where the line says: the training thread waits in the step's collective
+    evidence = Path(hang.split("the live ranks' stacks: ")[1].rstrip("/"))
+    assert evidence.parent == tmp_path / "run" / "hangs", hang
+    live = 1 - frozen_rank
+    assert [path.name for path in evidence.iterdir()] == [f"rank-{live}.txt"]  # the frozen rank could leave none
+    stacks = (evidence / f"rank-{live}.txt").read_text()
+    assert stacks.startswith(f"rank {live} in pod ddp-0: no progress for "), stacks[:400]
+    assert "in _watch_loop" in stacks and "trainer/loop.py" in stacks and "trainer/step.py" in stacks, stacks
 
     assert first.wait(240) == 0, first.text()
     assert second.wait(60) == 0, second.text()
