@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh machine, idempotently:
 #   1. a Python virtualenv with requirements-dev.txt (torch included), kept in the cache and
-#      linked as .venv, so a new clone of the repository reuses it instead of downloading torch again;
+#      linked as .venv, so a new clone of the repository reuses it instead of downloading torch again,
+#      and beside it the wheels a program installing the package needs (program-wheels);
 #   2. the Debian packages of the local test cluster (containerd, runc, the CNI plugins, iptables,
 #      ipset, conntrack) and of the daemonless image build (buildah, skopeo, umoci, debootstrap,
 #      binutils);
@@ -57,6 +58,14 @@ virtualenv() {
     touch "$venv/.complete"
   else
     echo "[setup] virtualenv up to date: $venv"
+  fi
+  # The wheels a program that installs the package (pyproject.toml) needs, its build backend's
+  # included, at the pins the tests run: tests/test_package.py installs it from these alone.
+  if [ ! -f "$venv/program-wheels/.complete" ]; then
+    rm -rf "$venv/program-wheels"
+    "$venv/bin/python" -m pip download --quiet --dest "$venv/program-wheels" -r "$root/requirements.txt" \
+      "setuptools==$("$venv/bin/python" -c 'import setuptools; print(setuptools.__version__)')"
+    touch "$venv/program-wheels/.complete"
   fi
   ln -sfn "$venv" "$root/.venv"
 }

@@ -1,0 +1,105 @@
+"""ddp-infra as a package (pyproject.toml): its wheel holds what the program imports at run time, and
+`pip install <repo>` into a fresh virtualenv, from the wheels of the declared dependencies alone (the
+wheelhouse `make setup` downloads), gives a program outside the repository everything it needs: the
+dev stack evaluates there under Pulumi's mocks to its workload and outputs."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# scripts/setup.sh: the wheels of requirements.txt's pins and of the build backend, beside the virtualenv
+WHEELHOUSE = Path(sys.prefix) / "program-wheels"
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    """What the package is built from, as its sdist holds it, in a copy: a build writes build/ and
+    *.egg-info into the tree it builds."""
+    copy = tmp_path / "source"
+    copy.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, copy / name)
+    for package in ("ddp_infra", "observe", "trainer"):
+        shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def run(*argv: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def test_the_wheel_holds_the_component_the_commands_and_the_contract_and_nothing_else(source, tmp_path):
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(tmp_path), str(source), cwd=tmp_path)
+    (wheel,) = tmp_path.glob("ddp_infra-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert tops == {"ddp_infra", "observe", "trainer"}, tops
+    for module in ("ddp_infra/components/stack.py", "ddp_infra/config/reading.py", "observe/status.py", "trainer/contract.py"):
+        assert module in names, module
+    metadata = next(name for name in names if name.endswith(".dist-info/METADATA"))
+    requires = [line for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
+    assert sorted(re.match(r"[\w.-]+", line.split()[1])[0] for line in requires) == ["pulumi", "pulumi-kubernetes", "pydantic"], requires
+
+
+# A program of the user's own, outside the repository: the dev stack's config under Pulumi's mocks.
+PROGRAM = textwrap.dedent(
+    """
+    import json, sys
+    import pulumi
+    from ddp_infra import config, program
+    from ddp_infra.names import PROJECT
+
+    class Echo(pulumi.runtime.Mocks):
+        def new_resource(self, args):
+            outputs = {"outputs": {}} if args.typ == "pulumi:pulumi:StackReference" else args.inputs
+            return f"{args.name}-id", outputs
+
+        def call(self, args):
+            return {}
+
+    pulumi.runtime.set_mocks(Echo(), project=PROJECT, stack="dev", preview=False)
+    pulumi.runtime.set_all_config({f"{PROJECT}:{key}": value if isinstance(value, str) else json.dumps(value)
+                                   for key, value in json.loads(sys.argv[1]).items()})
+    seen = {}
+
+    @pulumi.runtime.test
+    def deploy():
+        outputs = program.build(config.load())
+        return pulumi.Output.all(**{k: outputs[k] for k in ("workloadKind", "worldSize", "namespace")}).apply(seen.update)
+
+    deploy()
+    print(json.dumps({**seen, "from": program.__file__}))
+    """
+)
+
+
+def test_a_fresh_virtualenv_installs_the_repository_from_the_declared_wheels_and_runs_a_program_with_it(source, tmp_path):
+    if not (WHEELHOUSE / ".complete").is_file():
+        pytest.fail(f"{WHEELHOUSE} is missing: run `make setup` (scripts/setup.sh downloads it)", pytrace=False)
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", str(venv), cwd=tmp_path)
+    python = str(venv / "bin" / "python")
+    # --no-index: only what pyproject.toml declares, from the wheelhouse; a dependency it forgot is not there.
+    # --no-compile: the program imports a fraction of what is installed (half the test's time went to bytecode)
+    run(python, "-m", "pip", "install", "--quiet", "--no-compile", "--no-index", "--find-links", str(WHEELHOUSE), str(source), cwd=tmp_path)
+    values = {"nodes": "3", "image": {"name": "ddp-trainer:dev"}, "namespace": {"name": "user-world"},
+              "kubernetes": {"renderDir": str(tmp_path / "rendered")}}  # fmt: skip
+    program = tmp_path / "program.py"
+    program.write_text(PROGRAM)
+    seen = json.loads(run(python, str(program), json.dumps(values), cwd=tmp_path).stdout.splitlines()[-1])
+    assert seen["from"].startswith(str(venv)), seen  # the installed package, not the repository
+    assert (seen["workloadKind"], seen["worldSize"], seen["namespace"]) == ("job", 3, "user-world"), seen
