@@ -92,7 +92,8 @@ def load_image(cluster: LocalCluster, directory: Path, tag: str) -> None:
         tar = Path(scratch) / "image.tar"
         if subprocess.run([str(HERE / "images.sh"), "--build", str(directory), reference, str(tar)]).returncode != 0:
             raise ClusterError(f"the image of {directory} was not built (above: toolchain/images.sh's own words)")
-        cluster.load_image(tar)
+        for each in cluster.nodes:  # as `kind load image-archive` does
+            each.containerd.load(tar)
     print(f"[cluster] {reference} on node(s) {', '.join(n.name for n in cluster.nodes)}: a stack names it image.name: {tag}")
 
 

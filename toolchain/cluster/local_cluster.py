@@ -311,11 +311,6 @@ class LocalCluster:
         """Node `name` cut off the nodes' network while its processes run on (or connected again)."""
         self.switch.set_port(self.node_named(name).index, up=connected)
 
-    def load_image(self, tar: Path) -> None:
-        """An image archive into every node's store, as `kind load image-archive` does."""
-        for each in self.nodes:
-            each.containerd.load(tar)
-
     def tag_image(self, source: str, target: str) -> None:
         """Gives an imported image another name (what a manifest's `image:` resolves to), on every node."""
         for each in self.nodes:
