@@ -239,7 +239,7 @@ class HangWatch:
                 self._beats += 1
                 beat = Heartbeat(self.rank, self._step, self._beats, self._busy[-1] if self._busy else "")
             try:
-                store.set(_key(self.rank), beat.to_json())
+                store.set(_key(f"rank-{self.rank}"), beat.to_json())
             except Exception:
                 pass  # the store's host is frozen: the stall will show it
             if self._stopped.wait(self._publish_every_s):
@@ -268,7 +268,7 @@ class HangWatch:
         beats: dict[int, Heartbeat | None] = {}
         try:
             for rank in range(self.world_size):
-                key = _key(rank)
+                key = _key(f"rank-{rank}")
                 beats[rank] = Heartbeat.from_json(self._store.get(key)) if self._store.check([key]) else None
         except Exception:
             return None
@@ -292,7 +292,7 @@ class HangWatch:
             return None
         name = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         try:
-            name = self._store.compare_set(_evidence_key(), "", name).decode()
+            name = self._store.compare_set(_key("evidence"), "", name).decode()
         except Exception:
             pass  # its host is frozen: this rank's own time
         directory = self.evidence_dir / name
@@ -328,12 +328,9 @@ def own_pod() -> str:
     return os.environ.get(c.POD_NAME.name) or os.uname().nodename
 
 
-def _key(rank: int) -> str:
-    return f"hang-watch/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/rank-{rank}"
-
-
-def _evidence_key() -> str:
-    return f"hang-watch/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/evidence"
+def _key(name: str) -> str:
+    """A key of this world's (torchrun's restart count) hang watch in the store."""
+    return f"hang-watch/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{name}"
 
 
 def _world_store() -> dist.Store:

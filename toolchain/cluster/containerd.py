@@ -94,9 +94,7 @@ state = "/run/containerd"
             if ref in present:
                 continue
             began = time.monotonic()
-            result = self.ctr("images", "import", str(tar), timeout=1800)
-            if result.returncode != 0:
-                raise ClusterError(f"ctr images import {tar} failed:\n{result.stderr}")
+            self.load(tar)
             print(f"[cluster] imported {ref} in {time.monotonic() - began:.0f} s", file=sys.stderr)
             imported.append(ref)
         wanted = sorted(ref for ref, _ in images.values())
@@ -140,8 +138,8 @@ state = "/run/containerd"
             self.ctr("images", "rm", "--sync", *stale, timeout=600)
 
     def load(self, tar: Path) -> None:
-        """Imports an image archive built after the cluster started (`make image`); the store's
-        record is left as it is, so the next start prunes it as any image of another build."""
+        """Imports an image archive. One built after the cluster started (`make image`) is left out of
+        the store's record, so the next start prunes it as any image of another build."""
         result = self.ctr("images", "import", str(tar), timeout=1800)
         if result.returncode != 0:
             raise ClusterError(f"ctr images import {tar} failed:\n{result.stderr}")
