@@ -62,6 +62,11 @@ def up(args: argparse.Namespace) -> int:
         return 1
     if not end.ok:
         say(f"the run failed: {end.reason}")
+        if end.worker_error:
+            say("the last failed worker, as rank 0's torchrun reported it:")
+            for row in end.worker_error:
+                say(f"  {row}")
+        say("rank 0's last lines:")
         for row in end.last_lines:
             say(f"  {row}")
         say(f"where it stands: {outputs['statusCommand']} --kubeconfig {cluster.kubeconfig}")

@@ -10,6 +10,7 @@ after the run ends, ends at rank 0's `[DONE]`.
 from __future__ import annotations
 
 import queue
+import re
 import subprocess
 import threading
 import time
@@ -26,7 +27,11 @@ from .world_state import PodState, WorldRef, WorldState, read_world
 
 POLL_S = 2.0
 DRAIN_S = 30.0  # how long the last lines of an ended world may take to arrive
-ERROR_LINES = 40  # untagged lines kept to explain a failure: a worker's traceback and torchrun's summary after it
+ERROR_LINES = 40  # untagged lines kept to explain a failure: torchrun's summary and how its agent ended
+# torchrun's log of a failed worker: one record, each line under the same header (severity, time, pid,
+# file:line), the first `failed (exitcode: 1) local_rank: 0 (pid: 13753) of fn: ...`, then its traceback
+TORCHRUN_RECORD = re.compile(r"^(?P<header>[DIWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\]) ?(?P<text>.*)$")
+WORKER_FAILED = re.compile(r"^failed \(exitcode: -?\d+\) local_rank: \d+")
 
 
 class FollowTimeout(TimeoutError):
@@ -39,6 +44,7 @@ class RunEnd:
     reason: str  # "Complete", or why it failed
     result: Optional[DoneLine] = None  # rank 0's [DONE] line
     last_lines: list[str] = field(default_factory=list)  # rank 0's last lines before a failure
+    worker_error: list[str] = field(default_factory=list)  # the last failed worker's exit and traceback
 
 
 class LogTail:
@@ -93,6 +99,8 @@ class Follower:
         self.lost_nodes_said: set[str] = set()
         self.done: Optional[DoneLine] = None
         self.recent: deque[str] = deque(maxlen=ERROR_LINES)
+        self.worker_error: list[str] = []
+        self.worker_error_header: Optional[str] = None  # the header of the record being read
 
     def follow(self, timeout_s: float) -> RunEnd:
         deadline = time.monotonic() + timeout_s
@@ -183,9 +191,22 @@ class Follower:
             self.done = done
         elif not row.startswith("["):
             self.recent.append(row)
+            self._worker_error(row)
+
+    def _worker_error(self, row: str) -> None:
+        """Keep the last failed worker's record apart: torchrun's own traceback after it, as its agent
+        ends, may be longer than ERROR_LINES, and the worker's error is the failure's cause."""
+        record = TORCHRUN_RECORD.match(row)
+        if record and WORKER_FAILED.match(record["text"]):
+            self.worker_error, self.worker_error_header = [record["text"]], record["header"]
+        elif record and record["header"] == self.worker_error_header:
+            if record["text"].strip():
+                self.worker_error.append(record["text"])
+        else:
+            self.worker_error_header = None
 
     def _end(self, state: WorldState) -> RunEnd:
         if self.done and (state.ended in (None, "Complete")):
             return RunEnd(True, "Complete", self.done)
         reason = state.ended or "the world ended without rank 0's [DONE] line"
-        return RunEnd(False, reason, self.done, list(self.recent))
+        return RunEnd(False, reason, self.done, list(self.recent), list(self.worker_error))

@@ -146,7 +146,9 @@ def test_a_failed_run_ends_the_follow_with_its_reason_and_rank_0_s_last_lines(cl
     out = io.StringIO()
     end = Follower(Kubectl(outputs["namespace"], kubeconfig=cluster.kubeconfig), world, out).follow(timeout_s=300)
     assert not end.ok and end.reason.startswith("Failed: BackoffLimitExceeded"), (end, out.getvalue())
-    assert any("No module named trainer.no_such_task" in row for row in end.last_lines), end.last_lines
+    # the cause, however rank 0's torchrun ended after it (a summary, or a traceback of its own)
+    assert end.worker_error[-1] == "ImportError: No module named trainer.no_such_task", (end.worker_error, end.last_lines)
+    assert end.last_lines, "rank 0's last lines: how its torchrun ended"
     assert not end.result
 
 

@@ -4,6 +4,7 @@ the env contract's counterpart for the log (both sides read and write them with 
 from __future__ import annotations
 
 import io
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -111,3 +112,21 @@ def test_the_demo_says_rank_0_s_result_as_it_always_has():
     done = DoneLine.parse("[DONE] rank=0 epochs=2 train_loss=0.7459167316555977 val_loss=0.7903023362159729 "
                           "val_ppl=2.2040626935070238 best=epoch-2 run=a steps=32 params_sum=-0.9125986515118711 seconds=3.605")  # fmt: skip
     assert result_words(done) == "epochs=2 train_loss=0.7459 val_loss=0.7903 val_ppl=2.2041 best=epoch-2 run=a steps=32 seconds=3.6050"
+
+
+def test_a_failed_worker_s_error_is_kept_however_long_torchrun_s_own_traceback_after_it(tmp_path):
+    """Rank 0's agent may end in a long traceback of its own (the rendezvous closed by another pod's agent
+    as it restarts its workers): the worker's error, the cause, must not scroll out of what is kept."""
+    env = clean_env(**pod_env("demo-0", free_port(), nnodes=1, nproc=1), OUT_DIR=str(tmp_path))
+    code, text = run_to_end(entrypoint_command(["-m", "trainer.no_such_task"]), env, tmp_path / "trainer.log", timeout=120)
+    assert code != 0 and "No module named trainer.no_such_task" in text, text[-4000:]
+    agent_end = ["Traceback (most recent call last):"] + [f'  File "/opt/venv/lib/agent.py", line {n}, in step{n}\n    step{n + 1}()'
+                                                          for n in range(60)]  # fmt: skip
+    agent_end.append("torch.distributed.elastic.rendezvous.api.RendezvousClosedError")
+    follower = Follower(kubectl=None, world=None, out=io.StringIO())
+    for row in (text + "\n".join(agent_end)).splitlines():
+        follower._line(row)
+    error = follower.worker_error
+    assert error[0].startswith("failed (exitcode: 1) local_rank: 0") and error[-1] == "ImportError: No module named trainer.no_such_task", error
+    assert not any(re.match(r"E\d{4} ", row) for row in error), "torchrun's log header is left out"
+    assert follower.recent[-1] == agent_end[-1]
