@@ -13,12 +13,14 @@ def wait_for(
     what: str,
     interval: float = 1.0,
     gone: Optional[Callable[[], Optional[str]]] = None,
+    not_yet: tuple[type[BaseException], ...] = (),
 ) -> Any:
     """Polls until predicate() returns something truthy, which it returns.
 
     `gone()`, when given, says why the condition can no longer come (e.g. "server.log exited (1)"),
     or None while it still can; it is asked after each failed poll. An exception from the predicate
-    counts as not yet, and is shown if the wait fails.
+    of a type in `not_yet` (a server not listening yet: OSError) counts as not yet, and is shown if
+    the wait fails; any other ends the wait at once with its own traceback.
     """
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -28,7 +30,7 @@ def wait_for(
             if result:
                 return result
             last = result
-        except Exception as error:  # noqa: BLE001 - shown if it never succeeds
+        except not_yet as error:
             last = error
         reason = gone() if gone else None
         if reason:  # what it did before it ended may have made the condition hold: one last look

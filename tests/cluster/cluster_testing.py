@@ -351,7 +351,10 @@ def timestamped_logs(cluster: LocalCluster, pod: str) -> list[tuple[datetime, st
     rows = []
     for row in logs(cluster, NAMESPACE, pod, timestamps=True).splitlines():
         stamp, _, text = row.partition(" ")
-        rows.append((datetime.fromisoformat(stamp), text))
+        try:
+            rows.append((datetime.fromisoformat(stamp), text))
+        except ValueError:  # no log: the kubelet's answer for a container gone ("unable to retrieve container logs ...")
+            return []
     return rows
 
 
@@ -400,8 +403,9 @@ def print_reform_timeline(cluster: LocalCluster, what: str, lost_at: datetime, r
 
 
 def final_done_lines(cluster: LocalCluster) -> list[dict[str, str]]:
-    """The last [DONE] line of each pod of the world, once it has ended."""
-    return [done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"]))[-1] for pod in world_pods(cluster).values()]
+    """The last [DONE] line of each pod of the world that has logged one."""
+    each_pods = (done_lines(all_logs(cluster, NAMESPACE, pod["metadata"]["name"])) for pod in world_pods(cluster).values())
+    return [lines[-1] for lines in each_pods if lines]
 
 
 def exec_python(cluster: LocalCluster, namespace: str, pod: str, code: str) -> str:

@@ -51,6 +51,5 @@ def test_a_crash_looping_pod_can_be_evicted(controllers_cluster, controllers_dev
         wait_for(evict_a_crash_looping_pod, 300, "a crash-looping pod evicted", interval=1)
     except AssertionError as error:
         raise AssertionError(f"{error}\n{cluster_state(cluster)}") from None
-    wait_for(lambda: evicted["name"] not in pods(cluster, NAMESPACE)
-             or get(cluster, "pod", evicted["name"], NAMESPACE)["metadata"]["uid"] != evicted["uid"],
+    wait_for(lambda: (pod := pods(cluster, NAMESPACE).get(evicted["name"])) is None or pod["metadata"]["uid"] != evicted["uid"],
              180, "the evicted pod to be gone")  # fmt: skip

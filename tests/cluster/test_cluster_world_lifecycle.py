@@ -75,7 +75,7 @@ def test_losing_any_pod_re_forms_the_world_and_ends_as_an_uninterrupted_run(clus
 
     def every_pods_last_done_line() -> list[dict[str, str]] | None:
         # A StatefulSet's pods start again once the run ends and report the finished run, so a pod's
-        # log can be a new container's, with no line yet: final_done_lines raises, not yet for wait_for.
+        # log can be a new container's, with no line yet.
         lines = final_done_lines(cluster)
         return lines if len(lines) == 2 else None
 

@@ -45,12 +45,14 @@ def install_crds(api: LocalApiServer, addon: ControllerAddOn) -> None:
 
 
 def wait_established(api: LocalApiServer, crds: Iterable[str]) -> None:
-    """Polled, not `kubectl wait --for=condition`: that fails at once on a CRD the API server has
-    not yet given any condition (`.status.conditions accessor error`, seen in make test)."""
-    established = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+    """Polled and read as JSON, not `kubectl wait --for=condition` nor a jsonpath filter: both fail
+    at once on a CRD the API server has not yet given any condition (seen in make test)."""
+    def established(crd: str) -> bool:
+        conditions = json.loads(kubectl(api, "get", f"crd/{crd}", "-o", "json")).get("status", {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
     for crd in crds:
-        wait_for(lambda: kubectl(api, "get", f"crd/{crd}", "-o", established) == "True", KUBECTL_TIMEOUT,
-                 f"CRD {crd} Established", interval=0.2)  # fmt: skip
+        wait_for(lambda: established(crd), KUBECTL_TIMEOUT, f"CRD {crd} Established", interval=0.2)
 
 
 @pytest.fixture(params=contract.WORKLOAD_KINDS)

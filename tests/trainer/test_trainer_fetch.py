@@ -208,7 +208,8 @@ def object_store(tmp_path):
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for(lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() is None, 30, "versitygw to listen",
-                 interval=0.2, gone=lambda: None if server.poll() is None else f"versitygw exited ({server.poll()})")  # fmt: skip
+                 interval=0.2, gone=lambda: None if server.poll() is None else f"versitygw exited ({server.poll()})",
+                 not_yet=(OSError,))  # fmt: skip
         yield ObjectStore(root, port)
     finally:
         kill_tree(server.pid)

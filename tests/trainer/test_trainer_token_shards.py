@@ -165,7 +165,7 @@ def test_a_prepare_killed_mid_write_leaves_nothing_that_looks_complete(spawn, tm
     cache = tmp_path / "cache"
     proc = spawn(prepare_command(data, cache), clean_env(), "killed")
     wait_for(lambda: any(p.stat().st_size > 0 for p in cache.glob("*.tmp-*")), 60, "a temp file being written",
-             interval=0.005, gone=proc.ended)  # fmt: skip
+             interval=0.005, gone=proc.ended, not_yet=(FileNotFoundError,))  # fmt: skip
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
     assert not list(cache.glob("*.json")), "a killed prepare left a finished marker"

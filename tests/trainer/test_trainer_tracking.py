@@ -155,7 +155,7 @@ def wait_until_healthy(uri: str, server: subprocess.Popen, log: Path, timeout: f
         return None if server.poll() is None else f"mlflow server exited ({server.poll()})"
 
     try:
-        wait_for(healthy, timeout, "mlflow server healthy", interval=0.5, gone=ended)
+        wait_for(healthy, timeout, "mlflow server healthy", interval=0.5, gone=ended, not_yet=(OSError,))
     except AssertionError as failed:
         raise AssertionError(f"{failed}:\n{log.read_text()[-4000:]}") from None
 
