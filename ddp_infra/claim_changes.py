@@ -59,8 +59,11 @@ def claim_change_problems(previous: Mapping[str, Any], storage: StorageConfig, n
     return problems
 
 
-def refuse_claim_changes(storage: StorageConfig, namespace: str, last_deployment: pulumi.StackReference) -> pulumi.Output[None]:
-    """Resolves once the claims may be registered; fails with ClaimChangeRefused otherwise."""
+def refuse_claim_changes(
+    storage: StorageConfig, namespace: str, last_deployment: pulumi.StackReference, output: str = CLAIMS_OUTPUT
+) -> pulumi.Output[None]:
+    """Resolves once the claims may be registered (as the last deployment's `output` recorded
+    them); fails with ClaimChangeRefused otherwise."""
 
     def check(recorded: Optional[Mapping[str, Any]]) -> None:
         problems = claim_change_problems(recorded or {}, storage, namespace)
@@ -73,7 +76,7 @@ def refuse_claim_changes(storage: StorageConfig, namespace: str, last_deployment
                 "copy its data over, then delete it yourself)"
             )
 
-    return last_deployment.get_output(CLAIMS_OUTPUT).apply(check)
+    return last_deployment.get_output(output).apply(check)
 
 
 def _shown(value: Optional[str]) -> str:

@@ -1,7 +1,8 @@
-"""The program `__main__.py` runs: one explicit Kubernetes provider and the training stack."""
+"""The program `__main__.py` runs: one explicit Kubernetes provider and the stack's training world."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Optional
 
@@ -11,13 +12,15 @@ import pulumi_kubernetes as k8s
 from .access import require_access
 from .claim_changes import CLAIMS_OUTPUT, recorded_claims, refuse_claim_changes
 from .cluster_apis import require_cluster_apis
-from .components import DdpTrainingStack, DdpTrainingStackArgs
+from .components import DdpTrainingWorld, DdpTrainingWorldArgs
 from .config import KubernetesConfig, StackConfig
 from .fit import require_world_fits
 from .pod import pod_template
 from .reachability import require_reachable_cluster
 from .world import World
 from .world_wait import WORLD_STATE_OUTPUT, world_state
+
+WORLD_NAME = "ddp"  # the stack's one world: its resources are named `ddp-<role>`
 
 # Where, under the render directory, the namespace's manifest goes: before the provider's 1-manifest/.
 NAMESPACE_RENDER_SUBDIR = "0-namespace"
@@ -87,25 +90,59 @@ def build(config: StackConfig) -> dict[str, Any]:
     """Register every resource of the stack; return the stack outputs."""
     require_reachable_cluster(config.kubernetes, pulumi.get_stack())
     require_cluster_apis(config)
+    world, template = checked_world(config)
+    # a stack deployed before 0.2.0 upgrades in place
+    return training_world(WORLD_NAME, world, template, Providers.of(config), last_deployment(), previous_layout=True)
+
+
+def checked_world(config: StackConfig) -> tuple[World, dict[str, Any]]:
+    """The world of a config and its pod template, once the cluster lets the caller make them and
+    has room for them: refused before anything is registered."""
     world = World.from_config(config, pulumi.get_project(), pulumi.get_stack())
     template = pod_template(world)  # the one the fit check counts is the one the stack runs
     require_access(world, template)
     require_world_fits(world, template)
-    provider = kubernetes_provider(config.kubernetes)
-    last = last_deployment()
-    stack = DdpTrainingStack(
-        "ddp",
-        DdpTrainingStackArgs(
+    return world, template
+
+
+@dataclass(frozen=True)
+class Providers:
+    """The Kubernetes providers of a program: every object's, the retained objects', and in render
+    mode the namespace's when it is not retained (see the functions above)."""
+
+    default: k8s.Provider
+    retained: k8s.Provider
+    namespace: Optional[k8s.Provider]
+
+    @classmethod
+    def of(cls, config: StackConfig) -> "Providers":
+        kubernetes = config.kubernetes
+        return cls(kubernetes_provider(kubernetes), retained_provider(kubernetes),
+                   None if config.storage.namespace_retained else namespace_provider(kubernetes))  # fmt: skip
+
+
+def training_world(
+    name: str, world: World, template: dict[str, Any], providers: Providers, last: pulumi.StackReference,
+    previous_layout: bool = False, outputs_prefix: str = "",
+) -> dict[str, Any]:
+    """Register one world (see checked_world); return its outputs, each under `outputs_prefix`: the
+    program's stack outputs, those the next run reads back (the claims, the world's state) too."""
+    config = world.config
+    claims_output, state_output = f"{outputs_prefix}{CLAIMS_OUTPUT}", f"{outputs_prefix}{WORLD_STATE_OUTPUT}"
+    added = DdpTrainingWorld(
+        name,
+        DdpTrainingWorldArgs(
             world=world,
             pod_template=template,
-            retained_provider=retained_provider(config.kubernetes),
-            claim_changes_allowed=refuse_claim_changes(config.storage, world.namespace, last),
-            namespace_provider=None if config.storage.namespace_retained else namespace_provider(config.kubernetes),
+            retained_provider=providers.retained,
+            claim_changes_allowed=refuse_claim_changes(config.storage, world.namespace, last, claims_output),
+            namespace_provider=providers.namespace,
+            previous_layout=previous_layout,
         ),
-        opts=pulumi.ResourceOptions(providers=[provider]),
+        opts=pulumi.ResourceOptions(providers=[providers.default]),
     )
     return {
-        **stack.outputs,
-        CLAIMS_OUTPUT: recorded_claims(config.storage, world.namespace),  # read back by the next run's refuse_claim_changes
-        WORLD_STATE_OUTPUT: world_state(world, stack.trainer.workload, last, stack),
+        **{f"{outputs_prefix}{key}": value for key, value in added.outputs.items()},
+        claims_output: recorded_claims(config.storage, world.namespace),  # read back by the next run's refuse_claim_changes
+        state_output: world_state(world, added.trainer.workload, last, added, state_output),
     }

@@ -88,13 +88,16 @@ def conclusion(line: Optional[WorldLine], wanted: Stage, bound_s: int) -> tuple[
     return False, f"world: not {wanted.name.lower()} after {bound_s} s: {line.text}"
 
 
-def world_state(world: World, workload: pulumi.CustomResource, last_deployment: pulumi.StackReference, reporter: pulumi.Resource) -> pulumi.Output[str]:
-    """The `worldState` output; during `up`, the wait and the line that ends it (above)."""
+def world_state(
+    world: World, workload: pulumi.CustomResource, last_deployment: pulumi.StackReference, reporter: pulumi.Resource,
+    output: str = WORLD_STATE_OUTPUT,
+) -> pulumi.Output[str]:
+    """The `worldState` output (`output`, of the last deployment at preview); during `up`, the wait and the line that ends it (above)."""
     config = world.config
     if needs_no_cluster(config.kubernetes):
         return pulumi.Output.from_input(NOT_LOOKED_AT)
     if pulumi.runtime.is_dry_run():
-        return last_deployment.get_output(WORLD_STATE_OUTPUT).apply(lambda last: last or NOT_DEPLOYED)
+        return last_deployment.get_output(output).apply(lambda last: last or NOT_DEPLOYED)
     settings = config.workload
     wanted, bound = WANTED[settings.wait_for], settings.wait_seconds if settings.wait_for != "none" else 0
     kubectl = Kubectl(world.namespace, config.kubernetes.context)

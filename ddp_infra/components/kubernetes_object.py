@@ -16,6 +16,8 @@ from typing import Any, Optional
 import pulumi
 from pulumi_kubernetes import _utilities
 
+from .base import with_former_name
+
 # The fields the provider returns that the program reads (`obj.metadata["name"]`), besides the inputs.
 OUTPUT_FIELDS = ("metadata", "status")
 # A Secret's fields that its typed class keeps secret in the resource's outputs.
@@ -36,4 +38,5 @@ class KubernetesObject(pulumi.CustomResource):
             version=_utilities.get_version(), additional_secret_outputs=SECRET_FIELDS.get(kind)
         )
         props = {**dict.fromkeys(OUTPUT_FIELDS), **manifest}
-        super().__init__(type_token(manifest["apiVersion"], kind), name, props, pulumi.ResourceOptions.merge(defaults, opts))
+        options = pulumi.ResourceOptions.merge(defaults, with_former_name(name, opts))
+        super().__init__(type_token(manifest["apiVersion"], kind), name, props, options)

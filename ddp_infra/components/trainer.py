@@ -45,7 +45,7 @@ class Trainer(Component):
         super().__init__("Trainer", name, opts)
         # Volcano's group of the world's pods, there before the first of them.
         self.pod_group = (
-            KubernetesObject("pod-group", gang.pod_group_manifest(args.world, args.pod_template), opts=self.child())
+            KubernetesObject(f"{name}-pod-group", gang.pod_group_manifest(args.world, args.pod_template), opts=self.child())
             if gang.uses(args.world, "volcano")
             else None
         )

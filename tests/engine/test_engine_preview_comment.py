@@ -24,7 +24,7 @@ def test_comment_of_the_scaling_preview(scaled_to_64):
     assert preview.changes == {op: count for op, count in engine_counts.items() if count}
     assert preview_diff.summary_line(engine_counts) in lines
     # A new size is a new world: the Job is replaced; nothing that holds data is.
-    assert preview.destroyed == [preview_diff.Destroyed(op="replace", resource="kubernetes:batch/v1:Job trainer",
+    assert preview.destroyed == [preview_diff.Destroyed(op="replace", resource="kubernetes:batch/v1:Job ddp-trainer",
                                                         protected=False, unprotected_now=False, retained=False)]  # fmt: skip
     assert re.search(rf"^!\s+~ spec\.completions: {scaled_to_64.dev_nodes} => {scaled_to_64.nodes} \(forces replacement\)$",
                      markdown, re.M), markdown  # fmt: skip

@@ -43,14 +43,14 @@ def test_scaling_replaces_the_job_and_updates_its_budget_with_the_values_that_ch
     assert preview.changes == {"update": 1, "replace": 1, "same": 19, "read": 1}
     # the read of the stack's last outputs (ddp_infra.claim_changes) changes nothing: not counted
     assert "**create 0 · update 1 · replace 1 · delete 0 · same 19**" in markdown
-    assert preview.destroyed == [preview_diff.Destroyed("replace", "kubernetes:batch/v1:Job trainer", False, False, False)]
-    assert "> - `kubernetes:batch/v1:Job trainer`: replace" in caution(markdown) and "hold data" not in caution(markdown)
-    assert re.search(r"^- \+-kubernetes:batch/v1:Job trainer: \(replace\)$", markdown, re.M), markdown
+    assert preview.destroyed == [preview_diff.Destroyed("replace", "kubernetes:batch/v1:Job ddp-trainer", False, False, False)]
+    assert "> - `kubernetes:batch/v1:Job ddp-trainer`: replace" in caution(markdown) and "hold data" not in caution(markdown)
+    assert re.search(r"^- \+-kubernetes:batch/v1:Job ddp-trainer: \(replace\)$", markdown, re.M), markdown
     assert re.search(r"^!\s+~ spec\.completions: 2 => 64 \(forces replacement\)$", markdown, re.M), markdown
     assert re.search(r"^!\s+~ spec\.parallelism: 2 => 64 \(forces replacement\)$", markdown, re.M), markdown
     for name in ("NNODES", "WORLD_SIZE", "PET_NNODES"):
         assert re.search(rf'^!\s+~ spec\.template\.spec\.containers\[0\]\.env\[\d+\]\.value \({name}\): "2" => "64" \(forces replacement\)$', markdown, re.M), name
-    assert re.search(r"^! ~ kubernetes:policy/v1:PodDisruptionBudget guardrails-pdb: \(update\)$", markdown, re.M), markdown
+    assert re.search(r"^! ~ kubernetes:policy/v1:PodDisruptionBudget ddp-guardrails-pdb: \(update\)$", markdown, re.M), markdown
     assert re.search(r"^!\s+~ spec\.minAvailable: 1 => 63$", markdown, re.M), markdown
     assert "pulumi:pulumi:Stack" not in markdown, "the unchanged root stack is not listed"
     assert "StackReference" not in markdown, "nor the read of the stack's last outputs"
@@ -63,11 +63,11 @@ def test_a_claim_replaced_while_its_protection_is_removed_is_warned_about():
     assert (step["oldState"].get("protect", False), step["newState"].get("protect", False)) == (True, False)
     preview, markdown = comment(document)
     assert preview.destroyed == [preview_diff.Destroyed(
-        "replace", "kubernetes:core/v1:PersistentVolumeClaim storage-outputs", protected=True, unprotected_now=True, retained=True)]
+        "replace", "kubernetes:core/v1:PersistentVolumeClaim ddp-storage-outputs", protected=True, unprotected_now=True, retained=True)]
     warning = caution(markdown)
     assert "hold data (PersistentVolumeClaim or Namespace)" in warning
-    assert "> - `kubernetes:core/v1:PersistentVolumeClaim storage-outputs`: replace (protected until now: this change removes `protect`)" in warning
-    assert "\n- +-kubernetes:core/v1:PersistentVolumeClaim storage-outputs: (replace) [protect removed]\n" in markdown
+    assert "> - `kubernetes:core/v1:PersistentVolumeClaim ddp-storage-outputs`: replace (protected until now: this change removes `protect`)" in warning
+    assert "\n- +-kubernetes:core/v1:PersistentVolumeClaim ddp-storage-outputs: (replace) [protect removed]\n" in markdown
     assert '~ spec.storageClassName: "shared-rwx" => "fast-rwx" (forces replacement)' in markdown
 
 
@@ -76,12 +76,12 @@ def test_a_deleted_namespace_is_warned_about_and_a_rotated_secret_stays_masked()
     preview, markdown = comment(document, "dev")
     # the namespace's component goes with it, but a component holds nothing: only objects are listed
     assert [(d.op, d.resource, d.retained) for d in preview.destroyed] == [
-        ("replace", "kubernetes:core/v1:Secret hf-token", False), ("replace", "kubernetes:batch/v1:Job trainer", False),
-        ("delete", "kubernetes:core/v1:Namespace ddp-dev", True)]
-    assert "> - `kubernetes:core/v1:Namespace ddp-dev`: delete (retainOnDelete" in caution(markdown)
+        ("replace", "kubernetes:core/v1:Secret ddp-hf-token", False), ("replace", "kubernetes:batch/v1:Job ddp-trainer", False),
+        ("delete", "kubernetes:core/v1:Namespace ddp-namespace", True)]
+    assert "> - `kubernetes:core/v1:Namespace ddp-namespace`: delete (retainOnDelete" in caution(markdown)
     assert '~ data.token: "[secret]" => "[secret]" (forces replacement)' in markdown
     # the pods read the token when they start: its digest on their template replaces the world, masked too
-    assert "> - `kubernetes:batch/v1:Job trainer`: replace" in caution(markdown)
+    assert "> - `kubernetes:batch/v1:Job ddp-trainer`: replace" in caution(markdown)
     assert f'~ spec.template.metadata.annotations["{SECRETS_DIGEST_ANNOTATION}"]: "[secret]" => "[secret]" (forces replacement)' in markdown
     for token in (OLD_TOKEN, NEW_TOKEN):
         digest = hashlib.sha256(json.dumps({"hfToken": token}).encode()).hexdigest()
@@ -89,13 +89,13 @@ def test_a_deleted_namespace_is_warned_about_and_a_rotated_secret_stays_masked()
 
 
 @pytest.mark.parametrize("op", sorted(preview_diff.DESTRUCTIVE_OPS))
-@pytest.mark.parametrize("kind, name", [("kubernetes:core/v1:PersistentVolumeClaim", "storage-outputs"), ("kubernetes:core/v1:Namespace", "ml-train")])
+@pytest.mark.parametrize("kind, name", [("kubernetes:core/v1:PersistentVolumeClaim", "ddp-storage-outputs"), ("kubernetes:core/v1:Namespace", "ddp-namespace")])
 @pytest.mark.parametrize("protect", [False, True])
 def test_every_replace_or_delete_of_a_claim_or_namespace_is_warned_about(op, kind, name, protect):
     document = copy.deepcopy(recorded("prod-outputs-claim-replaced-while-unprotected"))
     step = changed_steps(document)[0]
     step["op"] = op
-    step["urn"] = re.sub(r"kubernetes:core/v1:PersistentVolumeClaim::storage-outputs$", f"{kind}::{name}", step["urn"])
+    step["urn"] = re.sub(r"kubernetes:core/v1:PersistentVolumeClaim::ddp-storage-outputs$", f"{kind}::{name}", step["urn"])
     for state in ("oldState", "newState"):
         step[state]["protect"] = protect
     preview, markdown = comment(document)
@@ -112,7 +112,7 @@ def test_removing_a_claims_protection_is_shown_even_without_a_change_to_it():
     step.pop("replaceReasons", None), step.pop("diffReasons", None)
     preview, markdown = comment(document)
     assert preview.destroyed == []
-    assert "kubernetes:core/v1:PersistentVolumeClaim storage-outputs: (same) [protect removed]" in markdown
+    assert "kubernetes:core/v1:PersistentVolumeClaim ddp-storage-outputs: (same) [protect removed]" in markdown
 
 
 def test_a_failed_preview_leads_with_its_error():
@@ -161,7 +161,7 @@ def test_a_diff_over_githubs_limit_is_cut_with_a_note():
 
 def test_backticks_in_a_value_cannot_close_the_block():
     document = copy.deepcopy(recorded("dev-nodes-2-to-64"))
-    step = next(s for s in changed_steps(document) if s["urn"].endswith("kubernetes:batch/v1:Job::trainer"))
+    step = next(s for s in changed_steps(document) if s["urn"].endswith("kubernetes:batch/v1:Job::ddp-trainer"))
     step["newState"]["inputs"]["spec"]["completions"] = "```rm -rf /```"
     _, markdown = comment(document, "dev")
     assert "````diff\n" in markdown and markdown.count("````") == 2

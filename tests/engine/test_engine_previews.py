@@ -35,7 +35,7 @@ def test_the_recorded_preview_is_what_the_engine_previews_now(name, tmp_path):
 
 def test_an_edited_recording_is_caught_and_what_varies_is_not():
     document = json.loads(path_of("dev-nodes-2-to-64").read_text())
-    index = next(i for i, step in enumerate(document["steps"]) if step["urn"].endswith("kubernetes:batch/v1:Job::trainer"))
+    index = next(i for i, step in enumerate(document["steps"]) if step["urn"].endswith("kubernetes:batch/v1:Job::ddp-trainer"))
 
     edited = copy.deepcopy(document)
     edited["steps"][index]["newState"]["inputs"]["spec"]["completions"] = 65

@@ -13,7 +13,7 @@ import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import kubernetes_validate
 import pulumi
@@ -54,6 +54,7 @@ class Registered:
     delete_before_replace: bool
     replace_on_changes: list[str]
     alias_types: list[str]  # the types of the aliases it registers: what it may have been before
+    alias_names: list[str]  # and the names
     additional_secret_outputs: list[str]
     version: str  # of the provider plugin it asks for
 
@@ -83,6 +84,7 @@ class RecordingMonitor(mocks.MockMonitor):
                 custom_timeouts={k: getattr(timeouts, k) for k in ("create", "update", "delete") if getattr(timeouts, k)},
                 delete_before_replace=request.deleteBeforeReplace, replace_on_changes=list(request.replaceOnChanges),
                 alias_types=[alias.spec.type for alias in request.aliases if alias.spec.type],
+                alias_names=[alias.spec.name for alias in request.aliases if alias.spec.name],
                 additional_secret_outputs=list(request.additionalSecretOutputs), version=request.version,
             ))
         return response
@@ -216,10 +218,10 @@ def engine_config(values: dict[str, Any]) -> dict[str, str]:
 
 def evaluate(
     values: dict[str, Any], stack: str = "dev", secret_keys: tuple[str, ...] = (),
-    previous_outputs: Optional[dict[str, Any]] = None,
+    previous_outputs: Optional[dict[str, Any]] = None, build: Callable[[Any], dict[str, Any]] = program.build,
 ) -> Evaluation:
-    """Run load + build (what __main__.py does) under fresh mocks; record everything.
-    previous_outputs: the stack outputs of the last deployment (None: never deployed)."""
+    """Run load + build (what __main__.py does, or a program of the test's own) under fresh mocks;
+    record everything. previous_outputs: the stack outputs of the last deployment (None: never deployed)."""
     mocks_ = EchoMocks(previous_outputs)
     monitor = RecordingMonitor(mocks_)
     pulumi.runtime.set_mocks(mocks_, project=PROJECT, stack=stack, preview=False, monitor=monitor)
@@ -233,7 +235,7 @@ def evaluate(
         except stack_config.ConfigError as error:
             evaluation.error = error
             return None
-        outputs = program.build(loaded)
+        outputs = build(loaded)
 
         async def resolve() -> None:
             for name, value in outputs.items():

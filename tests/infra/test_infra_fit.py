@@ -13,7 +13,7 @@ import pulumi
 
 import infra_harness as harness
 from ddp_infra import gang, pod, program, queue_quota
-from ddp_infra.components import stack, trainer
+from ddp_infra.components import trainer, training_world
 from ddp_infra.fit import PodAsk, fit_problem, node_room
 from ddp_infra.names import GPU_RESOURCE
 
@@ -118,7 +118,7 @@ def test_the_fit_check_counts_the_very_template_the_stack_runs_built_once(monkey
 
     monkeypatch.setattr(program, "pod_template", building)
     monkeypatch.setattr(program, "require_world_fits", recording("fit check", program.require_world_fits))
-    monkeypatch.setattr(stack, "pod_security_level", recording("namespace", stack.pod_security_level))
+    monkeypatch.setattr(training_world, "pod_security_level", recording("namespace", training_world.pod_security_level))
     monkeypatch.setattr(gang, "pod_group_manifest", recording("pod group", gang.pod_group_manifest))
     monkeypatch.setattr(trainer, "workload_manifest", recording("workload", trainer.workload_manifest))
     evaluation = harness.evaluated_with("prod", scheduling__gang={"scheduler": "volcano", "queue": "research"})

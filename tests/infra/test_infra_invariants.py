@@ -12,6 +12,7 @@ import pulumi
 import pytest
 
 import infra_harness as harness
+from ddp_infra.components.training_world import WORLD_TYPE
 from infra_harness import NODE_COUNTS, evaluated
 from trainer import contract
 
@@ -102,11 +103,11 @@ def test_headless_service_selects_the_pods_and_names_the_workload(evaluation, ki
         network = workload["spec"]["network"]
         assert network == {"enableDNSHostnames": True, "subdomain": service["metadata"]["name"], "publishNotReadyAddresses": True}
     assert selector and selector.items() <= pod_labels.items()
-    policy = evaluation.named("kubernetes:networking.k8s.io/v1:NetworkPolicy", "guardrails-netpol").manifest
+    policy = evaluation.named("kubernetes:networking.k8s.io/v1:NetworkPolicy", "ddp-guardrails-netpol").manifest
     assert policy["spec"]["podSelector"]["matchLabels"] == selector
     assert evaluation.one("kubernetes:policy/v1:PodDisruptionBudget").manifest["spec"]["selector"]["matchLabels"] == selector
     # the store's pod is none of the world's pods, whose Service, budget and policy select by these labels
-    store_pod = evaluation.named("kubernetes:apps/v1:Deployment", "rendezvous-store").manifest["spec"]["template"]
+    store_pod = evaluation.named("kubernetes:apps/v1:Deployment", "ddp-rendezvous-store").manifest["spec"]["template"]
     assert not selector.items() <= store_pod["metadata"]["labels"].items()
 
 
@@ -146,7 +147,7 @@ def test_env_carries_the_contract_with_one_shape(evaluation, stack, nodes, kind)
     assert env["MASTER_ADDR"]["value"] == master
     assert env["MASTER_PORT"]["value"] == str(service_port(evaluation))
     # the c10d store in a pod of its own (the default), behind its Service
-    store = evaluation.named(SERVICE, "rendezvous-store").manifest["metadata"]["name"]
+    store = evaluation.named(SERVICE, "ddp-rendezvous-store").manifest["metadata"]["name"]
     assert env["PET_RDZV_ENDPOINT"]["value"] == env["RDZV_ENDPOINT"]["value"] == f"{store}:{service_port(evaluation)}"
     # tied to the world's shape: pods of a world of another size never meet this one's rendezvous
     assert env["RDZV_ID"]["value"] == f"ddp-infra-{stack}-{workload['name']}-{nodes}x{procs}"
@@ -177,7 +178,7 @@ def test_torchrun_mirrors_equal_what_they_mirror(evaluation):
 
 
 def headless_service(evaluation: harness.Evaluation) -> harness.Registered:
-    return evaluation.named(SERVICE, "rendezvous")
+    return evaluation.named(SERVICE, "ddp-rendezvous")
 
 
 def service_port(evaluation: harness.Evaluation) -> int:
@@ -258,7 +259,8 @@ def test_outputs_describe_the_world(evaluation, stack, nodes, kind):
 def test_every_object_is_wired_and_labelled(evaluation):
     providers = {p.name: p for p in evaluation.of_type("pulumi:providers:kubernetes")}
     components = {r.urn: r for r in evaluation.registered if not r.custom}
-    assert all(r.type.startswith("ddp-infra:training:") for r in components.values())
+    (world,) = [r for r in components.values() if r.type == WORLD_TYPE]
+    assert all(r.type.startswith("ddp-infra:training:") for r in components.values() if r is not world)
     for resource in evaluation.registered:
         if not resource.type.startswith("kubernetes:"):
             continue
@@ -298,7 +300,7 @@ def test_pods_start_only_after_what_they_mount_and_join(evaluation):
     needed = [headless_service(evaluation), *evaluation.of_type(PVC), evaluation.one("kubernetes:core/v1:ServiceAccount")]
     assert {r.urn for r in needed} <= set(evaluation.workload.dependencies)
     # the store's pod starts beside the world's, whose preflight waits for it
-    store = evaluation.named("kubernetes:apps/v1:Deployment", "rendezvous-store")
+    store = evaluation.named("kubernetes:apps/v1:Deployment", "ddp-rendezvous-store")
     assert store.urn not in evaluation.workload.dependencies
 
 
@@ -361,7 +363,7 @@ def test_up_waits_for_a_claim_to_have_a_phase_not_to_be_pending(stack):
 
 def test_claims_are_retained_and_prod_outputs_protected():
     prod = {r.name: r for r in evaluated("prod", 8).of_type(PVC)}
-    assert prod["storage-outputs"].protect and prod["storage-outputs"].retain_on_delete
+    assert prod["ddp-storage-outputs"].protect and prod["ddp-storage-outputs"].retain_on_delete
     assert all(claim.retain_on_delete for claim in prod.values())
     namespace = evaluated("prod", 8).one("kubernetes:core/v1:Namespace")
     # Deleting the namespace would delete its claims: it is kept and protected with them.

@@ -12,11 +12,11 @@ from infra_harness import evaluate, evaluated, evaluated_with, stack_config_with
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 SERVICE = "kubernetes:core/v1:Service"
 POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
-STORE_OBJECTS = {(DEPLOYMENT, "rendezvous-store"), (SERVICE, "rendezvous-store"), (POLICY, "rendezvous-store-netpol")}
+STORE_OBJECTS = {(DEPLOYMENT, "ddp-rendezvous-store"), (SERVICE, "ddp-rendezvous-store"), (POLICY, "ddp-rendezvous-store-netpol")}
 
 
 def store_objects(evaluation) -> set[tuple[str, str]]:
-    return {(r.type, r.name) for r in evaluation.registered if r.name.startswith("rendezvous-store") and r.type.startswith("kubernetes:")}
+    return {(r.type, r.name) for r in evaluation.registered if r.name.startswith("ddp-rendezvous-store") and r.type.startswith("kubernetes:")}
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
@@ -27,14 +27,14 @@ def test_by_default_the_store_has_a_pod_service_and_policy_of_its_own(stack, kin
     workload = evaluation.workload.manifest["metadata"]["name"]
     names = {evaluation.named(type_, name).manifest["metadata"]["name"] for type_, name in STORE_OBJECTS}
     assert names == {f"{workload}-rdzv-store"}
-    port = evaluation.named(SERVICE, "rendezvous-store").manifest["spec"]["ports"][0]["port"]
+    port = evaluation.named(SERVICE, "ddp-rendezvous-store").manifest["spec"]["ports"][0]["port"]
     assert evaluation.outputs["rendezvousEndpoint"] == f"{workload}-rdzv-store:{port}"
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_the_store_pod_is_restricted_asks_no_cpu_and_runs_as_and_where_the_world_does(stack):
     evaluation = evaluated(stack, 4)
-    deployment = evaluation.named(DEPLOYMENT, "rendezvous-store").manifest
+    deployment = evaluation.named(DEPLOYMENT, "ddp-rendezvous-store").manifest
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # never two stores at once
     spec = deployment["spec"]["template"]["spec"]
@@ -57,15 +57,15 @@ def test_the_store_pod_is_restricted_asks_no_cpu_and_runs_as_and_where_the_world
 
 def test_only_the_worlds_pods_may_reach_the_store_and_only_on_its_port():
     evaluation = evaluated("dev", 2)
-    policy = evaluation.named(POLICY, "rendezvous-store-netpol").manifest["spec"]
-    store_pod = evaluation.named(DEPLOYMENT, "rendezvous-store").manifest["spec"]["template"]
+    policy = evaluation.named(POLICY, "ddp-rendezvous-store-netpol").manifest["spec"]
+    store_pod = evaluation.named(DEPLOYMENT, "ddp-rendezvous-store").manifest["spec"]["template"]
     world_labels = evaluation.pod_template["metadata"]["labels"]
     assert policy["podSelector"]["matchLabels"].items() <= store_pod["metadata"]["labels"].items()
     assert policy["policyTypes"] == ["Ingress"]
     (rule,) = policy["ingress"]
     (peer,) = rule["from"]
     assert set(peer) == {"podSelector"} and peer["podSelector"]["matchLabels"].items() <= world_labels.items()
-    port = evaluation.named(SERVICE, "rendezvous-store").manifest["spec"]["ports"][0]["port"]
+    port = evaluation.named(SERVICE, "ddp-rendezvous-store").manifest["spec"]["ports"][0]["port"]
     assert rule["ports"] == [{"port": port, "protocol": "TCP"}]
 
 
@@ -95,4 +95,4 @@ def test_up_waits_for_the_stores_controller_and_address_not_for_its_pod():
     pods say why they wait for it."""
     evaluation = evaluated("dev", 2)
     for type_, condition in ((DEPLOYMENT, "jsonpath={.status.observedGeneration}"), (SERVICE, "jsonpath={.spec.clusterIP}")):
-        assert evaluation.named(type_, "rendezvous-store").manifest["metadata"]["annotations"]["pulumi.com/waitFor"] == condition
+        assert evaluation.named(type_, "ddp-rendezvous-store").manifest["metadata"]["annotations"]["pulumi.com/waitFor"] == condition

@@ -1,4 +1,10 @@
-"""The whole training stack: every component, wired in dependency order."""
+"""A training world: every component of one, wired in dependency order.
+
+DdpTrainingWorld is the component a Pulumi program adds: its children are named after it
+(`<world>-storage`, `<world>-trainer`, ...), so two worlds live side by side in one program and one
+state. Its type is the package's own token; the layout before 0.2.0 (type `ddp-infra:training:Stack`,
+children named by role alone) is taken over through aliases where `previous_layout` says so.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import pulumi
 
 from ..pod_security import pod_security_level
 from ..world import World
-from .base import Component
+from .base import Component, FormerName
 from .guardrails import Guardrails, GuardrailsArgs
 from .hf_token import HfTokenSecret, HfTokenSecretArgs
 from .namespace import TrainingNamespace, TrainingNamespaceArgs
@@ -21,8 +27,13 @@ from .storage import TrainingStorage, TrainingStorageArgs
 from .trainer import Trainer, TrainerArgs
 
 
+# The world's Pulumi type, and the one it had before 0.2.0.
+WORLD_TYPE = "ddp-infra:index:DdpTrainingWorld"
+LAYOUT_0_1_TYPE = "ddp-infra:training:Stack"
+
+
 @dataclass(frozen=True)
-class DdpTrainingStackArgs:
+class DdpTrainingWorldArgs:
     world: World  # and the config it carries
     # the world's one pod template (ddp_infra.pod.pod_template): the namespace's security level and the workload's
     pod_template: dict[str, Any]
@@ -32,17 +43,36 @@ class DdpTrainingStackArgs:
     claim_changes_allowed: pulumi.Output[None]
     # The provider of the namespace when it is not the stack's own (see program.namespace_provider).
     namespace_provider: Optional[pulumi.ProviderResource] = None
+    # This world's stack was deployed by ddp-infra before 0.2.0 (its resources named by role alone):
+    # each resource takes over its old self through an alias, and the upgrade replaces nothing. One
+    # world of a program at most: two would both claim the old names.
+    previous_layout: bool = False
 
 
-class DdpTrainingStack(Component):
-    def __init__(self, name: str, args: DdpTrainingStackArgs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("Stack", name, opts)
+def layout_0_1_name(world_name: str, world: World) -> FormerName:
+    """Each resource's name before 0.2.0, from its name now: the name without the world's prefix,
+    but for the namespace (then named as the namespace) and Volcano's pod group (then `pod-group`)."""
+    special = {"namespace": world.namespace, f"{world.workload_name}-pod-group": "pod-group"}
+
+    def former(name: str) -> Optional[str]:
+        role = name.removeprefix(f"{world_name}-")
+        return special.get(role, role) if role != name else None
+
+    return former
+
+
+class DdpTrainingWorld(Component):
+    def __init__(self, name: str, args: DdpTrainingWorldArgs, opts: Optional[pulumi.ResourceOptions] = None):
         world = args.world
+        self.former_name = layout_0_1_name(name, world) if args.previous_layout else None
+        if args.previous_layout:
+            opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=LAYOUT_0_1_TYPE)]))
+        super().__init__("World", name, opts, type_=WORLD_TYPE)
         config = world.config
         in_namespace: list[pulumi.Resource] = []
         if config.namespace.create:
             self.namespace: Optional[TrainingNamespace] = TrainingNamespace(
-                config.namespace.name,
+                f"{name}-namespace",
                 TrainingNamespaceArgs(
                     namespace=config.namespace,
                     retain_on_delete=config.storage.namespace_retained,
@@ -62,7 +92,7 @@ class DdpTrainingStack(Component):
             return pulumi.ResourceOptions(parent=self, depends_on=[*in_namespace, *after])
 
         self.storage = TrainingStorage(
-            "storage",
+            f"{name}-storage",
             TrainingStorageArgs(
                 storage=config.storage, namespace=world.namespace, retained_provider=args.retained_provider,
                 changes_allowed=args.claim_changes_allowed,
@@ -70,28 +100,28 @@ class DdpTrainingStack(Component):
             opts=inside(),
         )
         self.hf_token = (
-            HfTokenSecret("hf-token", HfTokenSecretArgs(world=world, token=config.hf_token), opts=inside())
+            HfTokenSecret(f"{name}-hf-token", HfTokenSecretArgs(world=world, token=config.hf_token), opts=inside())
             if config.hf_token is not None
             else None
         )
         self.secret_env = (
-            SecretEnv("secret-env", SecretEnvArgs(world=world, values=config.secret_env), opts=inside())
+            SecretEnv(f"{name}-secret-env", SecretEnvArgs(world=world, values=config.secret_env), opts=inside())
             if config.secret_env
             else None
         )
-        self.rendezvous = Rendezvous("rendezvous", RendezvousArgs(world=world), opts=inside())
-        self.guardrails = Guardrails("guardrails", GuardrailsArgs(world=world), opts=inside())
+        self.rendezvous = Rendezvous(f"{name}-rendezvous", RendezvousArgs(world=world), opts=inside())
+        self.guardrails = Guardrails(f"{name}-guardrails", GuardrailsArgs(world=world), opts=inside())
         # Not among what the pods wait for: the store's pod starts beside them (each pod's preflight
         # waits for it), not before them, and a first image pull is not paid twice in a row.
         self.rendezvous_store = (
-            RendezvousStore("rendezvous-store", RendezvousStoreArgs(world=world), opts=inside(self.guardrails))
+            RendezvousStore(f"{name}-rendezvous-store", RendezvousStoreArgs(world=world), opts=inside(self.guardrails))
             if world.has_rendezvous_store
             else None
         )
         secrets = [secret for secret in (self.hf_token, self.secret_env) if secret]
         pods_need = [self.storage, self.rendezvous, self.guardrails, *secrets]
         template = with_secrets_digest(args.pod_template, secret_values(config))
-        self.trainer = Trainer(world.workload_name, TrainerArgs(world=world, pod_template=template), opts=inside(*pods_need))
+        self.trainer = Trainer(f"{name}-{world.workload_name}", TrainerArgs(world=world, pod_template=template), opts=inside(*pods_need))
 
         context = config.kubernetes.context
         self.outputs: dict[str, Any] = {
