@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import zipfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ def test_the_wheel_holds_the_component_the_commands_and_the_contract_and_nothing
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"ddp_infra", "observe", "trainer"}, tops
-    for module in ("ddp_infra/components/stack.py", "ddp_infra/config/reading.py", "observe/status.py", "trainer/contract.py"):
+    for module in ("ddp_infra/components/training_world.py", "ddp_infra/config/reading.py", "observe/status.py", "trainer/contract.py"):
         assert module in names, module
     metadata = next(name for name in names if name.endswith(".dist-info/METADATA"))
     requires = [line for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines() if line.startswith("Requires-Dist:")]
@@ -103,3 +104,9 @@ def test_a_fresh_virtualenv_installs_the_repository_from_the_declared_wheels_and
     seen = json.loads(run(python, str(program), json.dumps(values), cwd=tmp_path).stdout.splitlines()[-1])
     assert seen["from"].startswith(str(venv)), seen  # the installed package, not the repository
     assert (seen["workloadKind"], seen["worldSize"], seen["namespace"]) == ("job", 3, "user-world"), seen
+
+
+def test_the_version_is_the_changelog_s_newest():
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    newest = re.search(r"^## (\S+)$", (REPO / "CHANGELOG.md").read_text(), re.M)
+    assert newest and newest[1] == version, f"pyproject.toml says {version}; CHANGELOG.md's newest entry is {newest and newest[1]}"
