@@ -16,6 +16,7 @@ import infra_harness as harness
 from ddp_infra import config as stack_config
 from ddp_infra import program
 from ddp_infra.components.training_world import LAYOUT_0_1_TYPE, WORLD_TYPE, layout_0_1_name
+from pulumi_project import resource_name, resource_type
 
 STATES_0_1 = Path(__file__).resolve().parents[1] / "engine" / "states" / "0.1.0"
 # What each recorded state's stack file said besides the committed one (prod rendered, not applied).
@@ -27,13 +28,8 @@ READ_NOT_REGISTERED = ("pulumi:pulumi:Stack", "pulumi:providers:pulumi", "pulumi
 def recorded_resources(stack: str) -> set[tuple[str, str]]:
     """(type, name) of each resource of the program in the state 0.1.0 deployed."""
     state = json.loads((STATES_0_1 / f"{stack}.json").read_text())
-    found = set()
-    for resource in state["deployment"]["resources"]:
-        type_chain, name = resource["urn"].split("::")[2:4]
-        type_ = type_chain.rsplit("$", 1)[-1]
-        if not type_.startswith(READ_NOT_REGISTERED):
-            found.add((type_, name))
-    return found
+    urns = [resource["urn"] for resource in state["deployment"]["resources"]]
+    return {(resource_type(urn), resource_name(urn)) for urn in urns if not resource_type(urn).startswith(READ_NOT_REGISTERED)}
 
 
 def former_identities(resource: harness.Registered) -> set[tuple[str, str]]:
