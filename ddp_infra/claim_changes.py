@@ -6,7 +6,7 @@ unretained claim's data; a retained claim cannot be replaced at all (the old one
 same name), so `pulumi up` would stop halfway, after the workload was already being replaced.
 
 The stack records the claims it creates in its `claims` output. The next run reads that record
-back through a StackReference to the stack itself (program.last_deployment) and stops
+back through a StackReference to the stack itself (components.training_world.last_deployment) and stops
 with what changed and what to do instead, while a preview still shows it. Growing a claim is an
 in-place update; a new claim name is a new claim, and neither is refused.
 """

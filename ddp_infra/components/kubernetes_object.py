@@ -16,6 +16,7 @@ from typing import Any, Optional
 import pulumi
 from pulumi_kubernetes import _utilities
 
+from ..stand_ins import swapped
 from .base import with_former_name
 
 # The fields the provider returns that the program reads (`obj.metadata["name"]`), besides the inputs.
@@ -37,6 +38,6 @@ class KubernetesObject(pulumi.CustomResource):
         defaults = pulumi.ResourceOptions(
             version=_utilities.get_version(), additional_secret_outputs=SECRET_FIELDS.get(kind)
         )
-        props = {**dict.fromkeys(OUTPUT_FIELDS), **manifest}
+        props = {**dict.fromkeys(OUTPUT_FIELDS), **swapped(manifest)}  # an image handed in as an Output, in place
         options = pulumi.ResourceOptions.merge(defaults, with_former_name(name, opts))
         super().__init__(type_token(manifest["apiVersion"], kind), name, props, options)

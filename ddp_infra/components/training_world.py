@@ -1,20 +1,40 @@
-"""A training world: every component of one, wired in dependency order.
+"""A training world: the component a Pulumi program adds, every part of one wired in dependency order.
 
-DdpTrainingWorld is the component a Pulumi program adds: its children are named after it
-(`<world>-storage`, `<world>-trainer`, ...), so two worlds live side by side in one program and one
-state. Its type is the package's own token; the layout before 0.2.0 (type `ddp-infra:training:Stack`,
-children named by role alone) is taken over through aliases where `previous_layout` says so.
+`DdpTrainingWorld(name, DdpTrainingWorldArgs(config=..., image=...), opts)` is the package's public
+component. Its arguments are the stack config's settings (docs/configuration.md), validated by the
+same rules, and what other resources of the program hand in: the image (an Output is welcome:
+ddp_infra.stand_ins) and the Kubernetes provider (`opts.provider` or `opts.providers`; the world
+makes none when one is given). Before anything is registered it checks its config and the cluster
+(access, fit, the APIs it needs). Its children are named after it (`<world>-storage`,
+`<world>-trainer`, ...), so two worlds live side by side in one program and one state. Its type is
+the package's own token; the layout before 0.2.0 (type `ddp-infra:training:Stack`, children named
+by role alone) is taken over through aliases where `previous_layout` says so.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Union
 
 import pulumi
+from pydantic import TypeAdapter, ValidationError
 
+from .. import config as stack_config
+from ..access import require_access
+from ..claim_changes import CLAIMS_OUTPUT, recorded_claims, refuse_claim_changes
+from ..cluster_apis import require_cluster_apis
+from ..config import ConfigError, Problem, StackConfig
+from ..config.problems import shown
+from ..config.scalars import IMAGE_REFERENCE, ImageReference
+from ..fit import require_world_fits
+from ..pod import pod_template
 from ..pod_security import pod_security_level
+from ..providers import Providers
+from ..reachability import require_reachable_cluster
+from ..secrets_digest import secret_values, with_secrets_digest
+from ..stand_ins import stand_in, swapped
 from ..world import World
+from ..world_wait import WORLD_STATE_OUTPUT, world_state
 from .base import Component, FormerName
 from .guardrails import Guardrails, GuardrailsArgs
 from .hf_token import HfTokenSecret, HfTokenSecretArgs
@@ -22,27 +42,31 @@ from .namespace import TrainingNamespace, TrainingNamespaceArgs
 from .rendezvous import Rendezvous, RendezvousArgs
 from .rendezvous_store import RendezvousStore, RendezvousStoreArgs
 from .secret_env import SecretEnv, SecretEnvArgs
-from ..secrets_digest import secret_values, with_secrets_digest
 from .storage import TrainingStorage, TrainingStorageArgs
 from .trainer import Trainer, TrainerArgs
-
 
 # The world's Pulumi type, and the one it had before 0.2.0.
 WORLD_TYPE = "ddp-infra:index:DdpTrainingWorld"
 LAYOUT_0_1_TYPE = "ddp-infra:training:Stack"
+ARGS = "DdpTrainingWorldArgs"  # how a problem of an argument names it
 
 
 @dataclass(frozen=True)
 class DdpTrainingWorldArgs:
-    world: World  # and the config it carries
-    # the world's one pod template (ddp_infra.pod.pod_template): the namespace's security level and the workload's
-    pod_template: dict[str, Any]
-    # the provider of what Pulumi keeps in the cluster on delete (see program.kubernetes_provider)
-    retained_provider: pulumi.ProviderResource
-    # resolves once the claims may be registered (see ddp_infra.claim_changes)
-    claim_changes_allowed: pulumi.Output[None]
-    # The provider of the namespace when it is not the stack's own (see program.namespace_provider).
-    namespace_provider: Optional[pulumi.ProviderResource] = None
+    """What a world is made of."""
+
+    # The stack config's settings (docs/configuration.md): a mapping keyed as a stack file is, without
+    # the `ddp-infra:` prefix (`{"nodes": 4, "image": {"name": ...}}`), or a parsed StackConfig.
+    config: Union[StackConfig, Mapping[str, Any]]
+    # The trainer image, where another resource makes it (an Output): it takes the place of `image.name`.
+    image: Optional[pulumi.Input[str]] = None
+    # With a provider of the caller's: the one for the claims and the namespace, which Pulumi keeps on
+    # delete. One with server-side apply adopts them after `pulumi destroy`; without it the caller's
+    # provider registers them, and an `up` after a `destroy` fails on the claims left in the cluster.
+    retained_provider: Optional[pulumi.ProviderResource] = None
+    # Where the program exports the world's outputs (DdpTrainingWorld.export): `<name>.` unless set.
+    # The next run reads the claims and the world's state back from there.
+    outputs_prefix: Optional[str] = None
     # This world's stack was deployed by ddp-infra before 0.2.0 (its resources named by role alone):
     # each resource takes over its old self through an alias, and the upgrade replaces nothing. One
     # world of a program at most: two would both claim the old names.
@@ -62,13 +86,24 @@ def layout_0_1_name(world_name: str, world: World) -> FormerName:
 
 
 class DdpTrainingWorld(Component):
+    """One DDP training world on Kubernetes: its namespace, claims, secrets, rendezvous, guardrails and
+    workload. Its outputs (`outputs`, keyed as the stack outputs are) are registered as the component's."""
+
     def __init__(self, name: str, args: DdpTrainingWorldArgs, opts: Optional[pulumi.ResourceOptions] = None):
-        world = args.world
+        config = config_of(args)
+        world, template = checked_world(config)
         self.former_name = layout_0_1_name(name, world) if args.previous_layout else None
+        providers = Providers.of_caller(opts, args.retained_provider)
+        if providers is None:
+            providers = Providers.of(config, name, self.former_name)
+            opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(providers=[providers.default]))
         if args.previous_layout:
             opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=LAYOUT_0_1_TYPE)]))
+        last = last_deployment(name, args.previous_layout)
         super().__init__("World", name, opts, type_=WORLD_TYPE)
-        config = world.config
+        self.outputs_prefix = f"{name}." if args.outputs_prefix is None else args.outputs_prefix
+        claims_output, state_output = f"{self.outputs_prefix}{CLAIMS_OUTPUT}", f"{self.outputs_prefix}{WORLD_STATE_OUTPUT}"
+        claim_changes_allowed = refuse_claim_changes(config.storage, world.namespace, last, claims_output)
         in_namespace: list[pulumi.Resource] = []
         if config.namespace.create:
             self.namespace: Optional[TrainingNamespace] = TrainingNamespace(
@@ -77,11 +112,11 @@ class DdpTrainingWorld(Component):
                     namespace=config.namespace,
                     retain_on_delete=config.storage.namespace_retained,
                     protect=config.storage.namespace_protected,
-                    pod_security=pod_security_level(args.pod_template["spec"]),
-                    retained_provider=args.retained_provider,
+                    pod_security=pod_security_level(template["spec"]),
+                    retained_provider=providers.retained,
                 ),
                 opts=pulumi.ResourceOptions(
-                    parent=self, providers=[args.namespace_provider] if args.namespace_provider else None
+                    parent=self, providers=[providers.namespace] if providers.namespace else None
                 ),
             )
             in_namespace.append(self.namespace)
@@ -94,8 +129,8 @@ class DdpTrainingWorld(Component):
         self.storage = TrainingStorage(
             f"{name}-storage",
             TrainingStorageArgs(
-                storage=config.storage, namespace=world.namespace, retained_provider=args.retained_provider,
-                changes_allowed=args.claim_changes_allowed,
+                storage=config.storage, namespace=world.namespace, retained_provider=providers.retained,
+                changes_allowed=claim_changes_allowed,
             ),
             opts=inside(),
         )
@@ -120,11 +155,14 @@ class DdpTrainingWorld(Component):
         )
         secrets = [secret for secret in (self.hf_token, self.secret_env) if secret]
         pods_need = [self.storage, self.rendezvous, self.guardrails, *secrets]
-        template = with_secrets_digest(args.pod_template, secret_values(config))
-        self.trainer = Trainer(f"{name}-{world.workload_name}", TrainerArgs(world=world, pod_template=template), opts=inside(*pods_need))
+        self.trainer = Trainer(
+            f"{name}-{world.workload_name}",
+            TrainerArgs(world=world, pod_template=with_secrets_digest(template, secret_values(config))),
+            opts=inside(*pods_need),
+        )
 
         context = config.kubernetes.context
-        self.outputs: dict[str, Any] = {
+        self.outputs: dict[str, Any] = swapped({
             "namespace": world.namespace,
             "workloadKind": world.workload_kind,
             "workloadName": self.trainer.workload.metadata["name"],  # type: ignore[attr-defined]
@@ -140,5 +178,64 @@ class DdpTrainingWorld(Component):
             "podSelector": world.label_selector,
             "statusCommand": world.status_command(context),
             "resultsCommand": world.results_command(context),
-        }
+            CLAIMS_OUTPUT: recorded_claims(config.storage, world.namespace),  # read back by the next run's refusal
+            WORLD_STATE_OUTPUT: world_state(world, self.trainer.workload, last, self, state_output),
+        })
         self.register_outputs(self.outputs)
+
+    def export(self) -> None:
+        """Export every output of the world as a stack output, under `outputs_prefix`: the next run
+        reads its claims and its state back from there."""
+        for key, value in self.outputs.items():
+            pulumi.export(f"{self.outputs_prefix}{key}", value)
+
+
+def config_of(args: DdpTrainingWorldArgs) -> StackConfig:
+    """The world's config: a mapping validated as a stack's config is (each problem named as the
+    argument that holds it), and the image handed in put in its place; refused before anything is
+    registered."""
+    what = f"arguments of {WORLD_TYPE}"
+    image = None if args.image is None else stand_in(args.image, checked_image)
+    if isinstance(args.config, StackConfig):
+        config = args.config
+        return config if image is None else config.model_copy(update={"image": config.image.model_copy(update={"name": image})})
+    raw = dict(args.config)
+    if image is not None:
+        raw["image"] = {**raw.get("image", {}), "name": image}
+    try:
+        return stack_config.parse(raw)
+    except ConfigError as error:
+        raise error.of_argument(f"{ARGS}.config", what) from None
+
+
+_IMAGE_REFERENCE = TypeAdapter(ImageReference)
+
+
+def checked_image(image: str) -> str:
+    """The image handed in, once it is a reference the kubelet can pull (`image.name`'s rule)."""
+    try:
+        return _IMAGE_REFERENCE.validate_python(image)
+    except ValidationError:
+        raise ConfigError([Problem(f"{ARGS}.image", shown(image), IMAGE_REFERENCE)], f"arguments of {WORLD_TYPE}") from None
+
+
+def checked_world(config: StackConfig) -> tuple[World, dict[str, Any]]:
+    """The world of a config and its pod template, once the cluster answers, serves the APIs the world
+    needs, lets the caller make it and has room for it: refused before anything is registered."""
+    require_reachable_cluster(config.kubernetes, pulumi.get_stack())
+    require_cluster_apis(config)
+    world = World.from_config(config, pulumi.get_project(), pulumi.get_stack())
+    template = pod_template(world)  # the one the fit check counts is the one the world runs
+    require_access(world, template)
+    require_world_fits(world, template)
+    return world, template
+
+
+def last_deployment(world_name: str, previous_layout: bool) -> pulumi.StackReference:
+    """The stack itself, as its last deployment left it: the outputs the world reads back. Named
+    `<world>-last-deployment`; a world of the layout before 0.2.0 keeps the name it had then
+    (`<stack>-last-deployment`), since the engine takes no alias for a resource it reads: it would
+    read the new one and discard the old."""
+    stack = pulumi.get_stack()
+    name = f"{stack}-last-deployment" if previous_layout else f"{world_name}-last-deployment"
+    return pulumi.StackReference(name, stack_name=f"{pulumi.get_organization()}/{pulumi.get_project()}/{stack}")

@@ -31,10 +31,15 @@ class ConfigError(pulumi.RunError):
     A RunError, so Pulumi reports the message alone, without a stack trace.
     """
 
-    def __init__(self, problems: list[Problem]):
+    def __init__(self, problems: list[Problem], what: str = "stack configuration"):
         self.problems = problems
         lines = "\n".join(f"  {problem}" for problem in problems)
-        super().__init__(f"invalid stack configuration ({len(problems)} problem(s)); nothing was created:\n{lines}")
+        super().__init__(f"invalid {what} ({len(problems)} problem(s)); nothing was created:\n{lines}")
+
+    def of_argument(self, argument: str, what: str) -> "ConfigError":
+        """The same problems, each key named as a program's argument holds it (`argument.<key>`)."""
+        prefix = f"{PROJECT}:"
+        return ConfigError([Problem(f"{argument}.{p.key.removeprefix(prefix)}", p.given, p.allowed) for p in self.problems], what)
 
 
 def full_key(path: list[str | int]) -> str:

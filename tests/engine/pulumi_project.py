@@ -139,18 +139,20 @@ class Result:
 class PulumiProject:
     """One copy of the project with its own state backend, driven through the `pulumi` CLI."""
 
-    def __init__(self, root: Path, source: Path = REPO, backend: Optional[Path] = None):
+    def __init__(self, root: Path, source: Path = REPO, backend: Optional[Path] = None, program: Optional[Path] = None):
+        """program: a project of the test's own, run where it is (its Pulumi.yaml names its virtualenv)."""
         self.root = root
-        self.dir = root / "project"
-        self.dir.mkdir(parents=True)
+        self.dir = program or root / "project"
         self.backend = backend or root / "state"
-        self.backend.mkdir(exist_ok=True)
-        for name in PROGRAM_FILES:
-            shutil.copy2(source / name, self.dir / name)
-        for name in PROJECT_DIRS:
-            shutil.copytree(source / name, self.dir / name, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
-        # The language host runs the program with the virtualenv Pulumi.yaml names.
-        (self.dir / ".venv").symlink_to((REPO / ".venv").resolve())
+        self.backend.mkdir(parents=True, exist_ok=True)
+        if program is None:
+            self.dir.mkdir(parents=True)
+            for name in PROGRAM_FILES:
+                shutil.copy2(source / name, self.dir / name)
+            for name in PROJECT_DIRS:
+                shutil.copytree(source / name, self.dir / name, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+            # The language host runs the program with the virtualenv Pulumi.yaml names.
+            (self.dir / ".venv").symlink_to((REPO / ".venv").resolve())
         self.kubeconfig = root / "kubeconfig"  # absent unless a test writes one
         self.env = self._environment()
         self.pulumi_bin = require_engine(self.env)

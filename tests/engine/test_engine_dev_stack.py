@@ -52,7 +52,7 @@ def test_preview_of_dev_plans_every_resource_as_a_create(dev):
     providers = [resource_name(step["urn"]) for step in steps if resource_type(step["urn"]) == PROVIDER_TYPE]
     # The stack's provider and the retained objects' (the namespace and the claims, rendered apart
     # so that kubectl applies the namespace first); no default provider.
-    assert sorted(providers) == ["k8s", "k8s-retained"], providers
+    assert sorted(providers) == ["ddp-k8s", "ddp-k8s-retained"], providers
     assert len(WORKLOAD_TYPES & set(types)) == 1
     assert REQUIRED_TYPES <= set(types), REQUIRED_TYPES - set(types)
 

@@ -126,7 +126,7 @@ class Evaluation:
         (found,) = [r for r in self.of_type(type_) if r.name == name]
         return found
 
-    def provider(self, name: str = "k8s") -> Registered:
+    def provider(self, name: str = "ddp-k8s") -> Registered:
         """The explicit Kubernetes provider of that name (k8s: the stack's; k8s-retained: the retained
         objects'; k8s-namespace: a namespace's that is not retained, in render mode)."""
         (found,) = [r for r in self.of_type("pulumi:providers:kubernetes") if r.name == name]

@@ -12,7 +12,7 @@ from decimal import Decimal
 import pulumi
 
 import infra_harness as harness
-from ddp_infra import gang, pod, program, queue_quota
+from ddp_infra import gang, pod, queue_quota
 from ddp_infra.components import trainer, training_world
 from ddp_infra.fit import PodAsk, fit_problem, node_room
 from ddp_infra.names import GPU_RESOURCE
@@ -116,8 +116,8 @@ def test_the_fit_check_counts_the_very_template_the_stack_runs_built_once(monkey
 
         return record
 
-    monkeypatch.setattr(program, "pod_template", building)
-    monkeypatch.setattr(program, "require_world_fits", recording("fit check", program.require_world_fits))
+    monkeypatch.setattr(training_world, "pod_template", building)
+    monkeypatch.setattr(training_world, "require_world_fits", recording("fit check", training_world.require_world_fits))
     monkeypatch.setattr(training_world, "pod_security_level", recording("namespace", training_world.pod_security_level))
     monkeypatch.setattr(gang, "pod_group_manifest", recording("pod group", gang.pod_group_manifest))
     monkeypatch.setattr(trainer, "workload_manifest", recording("workload", trainer.workload_manifest))

@@ -266,13 +266,13 @@ def test_every_object_is_wired_and_labelled(evaluation):
             continue
         # What Pulumi leaves in the cluster on delete (claims, their namespace) is taken over by the
         # next `pulumi up`; everything else is created, so one already there is an error, not a takeover.
-        # A namespace that is not retained has a provider of its own in render mode (program.namespace_provider).
+        # A namespace that is not retained has a provider of its own in render mode (providers.namespace_provider).
         if resource.retain_on_delete:
-            expected = providers["k8s-retained"]
-        elif resource.type == NAMESPACE and "k8s-namespace" in providers:
-            expected = providers["k8s-namespace"]
+            expected = providers["ddp-k8s-retained"]
+        elif resource.type == NAMESPACE and "ddp-k8s-namespace" in providers:
+            expected = providers["ddp-k8s-namespace"]
         else:
-            expected = providers["k8s"]
+            expected = providers["ddp-k8s"]
         assert resource.provider.startswith(expected.urn), resource.name
         # (provider config reaches the provider as strings)
         assert expected.inputs.get("enableServerSideApply") == ("true" if resource.retain_on_delete else "false")

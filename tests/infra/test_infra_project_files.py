@@ -76,7 +76,7 @@ def test_dev_renders_manifests_under_the_project_and_prod_applies_them():
     # Relative, so a clone in another directory has the same provider config. The retained namespace
     # and claims render into a directory that sorts before the provider's 1-manifest/.
     assert dev.provider().inputs["renderYamlToDirectory"] == "rendered/dev"
-    assert dev.provider("k8s-retained").inputs["renderYamlToDirectory"] == "rendered/dev/0-retained"
+    assert dev.provider("ddp-k8s-retained").inputs["renderYamlToDirectory"] == "rendered/dev/0-retained"
     prod = harness.evaluate(harness.stack_file_config("prod"), stack="prod")
     assert all("renderYamlToDirectory" not in p.inputs for p in prod.of_type("pulumi:providers:kubernetes"))
 
@@ -127,11 +127,11 @@ def test_in_render_mode_the_namespace_renders_where_kubectl_applies_it_first(ret
                                            storage__outputs__retainOnDelete="false")  # fmt: skip
     evaluation = harness.evaluate(values)
     namespace = evaluation.one("kubernetes:core/v1:Namespace")
-    own = evaluation.provider("k8s-retained" if retained else "k8s-namespace")
+    own = evaluation.provider("ddp-k8s-retained" if retained else "ddp-k8s-namespace")
     assert namespace.provider.startswith(own.urn)
     directory = own.inputs["renderYamlToDirectory"]
     assert directory == ("rendered/dev/0-retained" if retained else "rendered/dev/0-namespace")
     assert f"{directory}/1-manifest" < "rendered/dev/1-manifest"
     assert "v1-namespace-" < "v1-persistentvolumeclaim-"
     prod = harness.evaluate(harness.stack_file_config("prod"), stack="prod")
-    assert sorted(r.name for r in prod.of_type("pulumi:providers:kubernetes")) == ["k8s", "k8s-retained"], "no render provider on a cluster"
+    assert sorted(r.name for r in prod.of_type("pulumi:providers:kubernetes")) == ["ddp-k8s", "ddp-k8s-retained"], "no render provider on a cluster"

@@ -10,12 +10,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pulumi
+import pulumi_kubernetes as k8s
 import pytest
 
 import infra_harness as harness
 from ddp_infra import config as stack_config
 from ddp_infra import program
-from ddp_infra.components.training_world import LAYOUT_0_1_TYPE, WORLD_TYPE, layout_0_1_name
+from ddp_infra.components import DdpTrainingWorld, DdpTrainingWorldArgs
+from ddp_infra.components.training_world import LAYOUT_0_1_TYPE, WORLD_TYPE, checked_world, layout_0_1_name
 from pulumi_project import resource_name, resource_type
 
 STATES_0_1 = Path(__file__).resolve().parents[1] / "engine" / "states" / "0.1.0"
@@ -58,13 +61,13 @@ SWEEP = {"sweep-a": {"namespace__name": "sweep-a", "run__name": "lr-3e-4"},
 
 
 def two_worlds(_: Any) -> dict[str, Any]:
-    """A program of its own: two worlds of a sweep, each in its namespace, on one cluster's providers."""
-    configs = {name: stack_config.parse(harness.stack_config_with("dev", **changes)) for name, changes in SWEEP.items()}
-    checked = {name: program.checked_world(config) for name, config in configs.items()}
-    providers, last = program.Providers.of(configs["sweep-a"]), program.last_deployment()
+    """A program of its own: two worlds of a sweep, each in its namespace, on the program's one provider."""
+    cluster = k8s.Provider("cluster", render_yaml_to_directory="rendered/sweep")
     outputs: dict[str, Any] = {}
-    for name, (world, template) in checked.items():
-        outputs.update(program.training_world(name, world, template, providers, last, outputs_prefix=f"{name}."))
+    for name, changes in SWEEP.items():
+        config = harness.stack_config_with("dev", **changes)
+        world = DdpTrainingWorld(name, DdpTrainingWorldArgs(config=config), opts=pulumi.ResourceOptions(provider=cluster))
+        outputs.update({f"{world.outputs_prefix}{key}": value for key, value in world.outputs.items()})
     return outputs
 
 
@@ -75,7 +78,7 @@ def test_two_worlds_in_one_program_have_resources_of_their_own_and_outputs_of_th
     assert len(urns) == len(set(urns)), "no two resources share a URN"
     mine = {name: [r for r in evaluation.registered if r.name == name or r.name.startswith(f"{name}-")] for name in SWEEP}
     theirs = [r for r in evaluation.registered if not any(r in found for found in mine.values())]
-    assert {r.type for r in theirs} == {"pulumi:providers:kubernetes"}, "only the program's own"
+    assert [(r.type, r.name) for r in theirs] == [("pulumi:providers:kubernetes", "cluster")], "only the program's own"
     assert sorted(r.type for r in mine["sweep-a"]) == sorted(r.type for r in mine["sweep-b"]), "the same world twice"
     assert not any(r.alias_names or r.alias_types for world in mine.values() for r in world if r.type.startswith("ddp-infra:"))
     for name, changes in SWEEP.items():
@@ -91,7 +94,7 @@ def test_the_0_1_names_of_what_no_recorded_state_holds_follow_the_same_rule():
     """Volcano's pod group and the namespace had names of their own; a world's own name and another
     world's resources have none."""
     world = harness.evaluated_with("dev", scheduling__gang__scheduler="volcano")
-    former = layout_0_1_name("ddp", program.checked_world(stack_config.parse(harness.stack_config_with("dev")))[0])
+    former = layout_0_1_name("ddp", checked_world(stack_config.parse(harness.stack_config_with("dev")))[0])
     assert [former(name) for name in ("ddp-trainer-pod-group", "ddp-namespace", "ddp-storage-outputs", "ddp", "sweep-a-storage")] \
         == ["pod-group", "ddp-dev", "storage-outputs", None, None]
     (pod_group,) = [r for r in world.registered if r.name == "ddp-trainer-pod-group"]

@@ -1,0 +1,50 @@
+"""Values a world is handed as another resource's output (an image that the same program builds).
+
+Every object of a world is a plain manifest, built and checked by pure functions of plain values.
+An argument that is a `pulumi.Output` enters them as a stand-in: a string that passes the same rule
+as the value it stands for and that nothing else contains. Where an object is registered (and where
+an output quotes the value), `swapped` puts the Output back in its place; the engine then shows the
+field as known after `up` in a preview, and every other field as it is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any, Callable
+
+import pulumi
+
+# An image reference, and a host no registry has (RFC 2606's .invalid): a stand-in never pulls.
+_TEMPLATE = "stand-in.invalid/ddp-infra-{number}:output"
+_STAND_IN = re.compile(r"stand-in\.invalid/ddp-infra-\d+:output")
+_numbers = itertools.count()
+_outputs: dict[str, pulumi.Output[str]] = {}
+
+
+def stand_in(value: pulumi.Input[str], check: Callable[[str], str]) -> str:
+    """A plain value as it is (`check` raises on a bad one); an Output's stand-in, its value checked
+    by `check` once known."""
+    if isinstance(value, str):
+        return check(value)
+    token = _TEMPLATE.format(number=next(_numbers))
+    _outputs[token] = pulumi.Output.from_input(value).apply(check)
+    return token
+
+
+def swapped(value: Any) -> Any:
+    """`value` (a manifest, an output) with each stand-in put back as its Output."""
+    if isinstance(value, str):
+        parts = _STAND_IN.split(value)
+        if len(parts) == 1:
+            return value
+        tokens = _STAND_IN.findall(value)
+        pieces: list[pulumi.Input[str]] = [parts[0]]
+        for token, after in zip(tokens, parts[1:]):
+            pieces += [_outputs[token], after]
+        return pulumi.Output.concat(*pieces) if value != tokens[0] else _outputs[tokens[0]]
+    if isinstance(value, dict):
+        return {key: swapped(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(swapped(item) for item in value)
+    return value

@@ -1,0 +1,109 @@
+"""The public component as a program of one's own uses it: `DdpTrainingWorld(name,
+DdpTrainingWorldArgs(config=..., image=...), opts)`, its image handed in as another resource's
+output, its config a mapping keyed as a stack file, the Kubernetes provider the caller's. Under
+Pulumi's mocks (tests/infra/infra_harness.py); the cluster journey is
+tests/cluster/test_cluster_package_world.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pytest
+
+import infra_harness as harness
+from ddp_infra.components import DdpTrainingWorld, DdpTrainingWorldArgs
+from ddp_infra.components.kubernetes_object import KubernetesObject
+from ddp_infra.config import ConfigError
+from ddp_infra.names import CONTAINER_NAME
+
+IMAGE = "registry.example.com/team/trainer@sha256:" + "ab" * 32
+STAND_IN = "stand-in.invalid"
+
+
+def image_maker(image: str) -> KubernetesObject:
+    """Another resource of the program whose output is the image (as a build step's would be)."""
+    return KubernetesObject("image-record", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "image"}, "data": {"image": image}})
+
+
+def program_of(make: Any):
+    """A program of the test's own: `make()` adds what it adds and returns the outputs to record."""
+    return lambda _: make()
+
+
+def containers(evaluation: harness.Evaluation) -> list[dict[str, Any]]:
+    spec = evaluation.pod_template["spec"]
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def test_an_image_handed_in_as_another_resource_s_output_is_the_one_every_container_and_command_names():
+    def program() -> dict[str, Any]:
+        made = image_maker(IMAGE)
+        config = harness.stack_config_with("dev", storage__datasets__source={"url": "https://data.example.com/corpus.tar.gz", "sha256": "0" * 64})
+        world = DdpTrainingWorld("mine", DdpTrainingWorldArgs(config=config, image=made.data["image"]))  # type: ignore[attr-defined]
+        return world.outputs
+
+    evaluation = harness.evaluate(harness.stack_config_with("dev"), build=program_of(program))
+    assert evaluation.error is None, evaluation.error
+    images = {c["name"]: c["image"] for c in containers(evaluation)}
+    assert CONTAINER_NAME in images and len(images) == 2, images  # the trainer and the fetch step
+    assert set(images.values()) == {IMAGE}
+    assert f"--image {IMAGE} " in evaluation.outputs["resultsCommand"]
+    everything = repr([r.inputs for r in evaluation.registered]) + repr(evaluation.outputs)
+    assert STAND_IN not in everything
+
+
+def test_the_config_of_a_world_is_checked_by_the_stack_config_s_rules_each_problem_named_as_the_argument():
+    config = harness.stack_config_with("dev", nodes="0", storage__outputs__size="lots")
+    evaluation = harness.evaluate(
+        harness.stack_config_with("dev"),
+        build=program_of(lambda: DdpTrainingWorld("mine", DdpTrainingWorldArgs(config=config)).outputs),
+    )
+    assert isinstance(evaluation.error, ConfigError), evaluation.error
+    message = str(evaluation.error)
+    assert message.startswith("invalid arguments of ddp-infra:index:DdpTrainingWorld (2 problem(s)); nothing was created")
+    assert "DdpTrainingWorldArgs.config.nodes: got " in message and "DdpTrainingWorldArgs.config.storage.outputs.size: got 'lots'" in message
+    assert "ddp-infra:" not in message.replace("ddp-infra:index:", "")
+    assert evaluation.registered == [], "refused before anything is registered"
+
+
+@pytest.mark.parametrize("image", ["Trainer:latest", "registry.example.com/trainer:"])
+def test_a_bad_image_is_refused_by_image_name_s_rule_as_a_string_before_anything_and_as_an_output_once_known(image):
+    config = harness.stack_config_with("dev")
+    plain = harness.evaluate(config, build=program_of(lambda: DdpTrainingWorld("w", DdpTrainingWorldArgs(config=config, image=image)).outputs))
+    assert isinstance(plain.error, ConfigError) and plain.registered == [], plain.error
+    assert f"DdpTrainingWorldArgs.image: got {image!r}; allowed: an image reference" in str(plain.error)
+
+    def from_output() -> dict[str, Any]:
+        return DdpTrainingWorld("w", DdpTrainingWorldArgs(config=config, image=image_maker(image).data["image"])).outputs  # type: ignore[attr-defined]
+
+    late = harness.evaluate(config, build=program_of(from_output))
+    assert f"DdpTrainingWorldArgs.image: got {image!r}; allowed: an image reference" in str(late.error), late.error
+    assert not [r for r in late.registered if r.type == "kubernetes:batch/v1:Job"], "no workload of an unpullable image"
+
+
+@pytest.mark.parametrize("handed", ["provider", "providers-list", "providers-map"])
+def test_a_world_handed_the_caller_s_provider_makes_none_and_registers_every_object_with_it(handed):
+    def program() -> dict[str, Any]:
+        import pulumi_kubernetes as k8s
+
+        cluster = k8s.Provider("cluster", kubeconfig="", context="theirs")
+        kept = k8s.Provider("cluster-kept", kubeconfig="", context="theirs", enable_server_side_apply=True)
+        opts = {
+            "provider": pulumi.ResourceOptions(provider=cluster),
+            "providers-list": pulumi.ResourceOptions(providers=[cluster]),
+            "providers-map": pulumi.ResourceOptions(providers={"kubernetes": cluster}),
+        }[handed]
+        config = harness.stack_config_with("prod")
+        return DdpTrainingWorld("mine", DdpTrainingWorldArgs(config=config, retained_provider=kept), opts=opts).outputs
+
+    evaluation = harness.evaluate(harness.stack_config_with("prod"), stack="prod", build=program_of(program))
+    assert evaluation.error is None, evaluation.error
+    providers = {p.name: p for p in evaluation.of_type("pulumi:providers:kubernetes")}
+    assert sorted(providers) == ["cluster", "cluster-kept"], "the world made none"
+    objects = [r for r in evaluation.registered if r.type.startswith("kubernetes:")]
+    assert {r.manifest["kind"] for r in objects} >= {"Namespace", "PersistentVolumeClaim", "Job", "Service"}
+    for resource in objects:
+        expected = providers["cluster-kept" if resource.retain_on_delete else "cluster"]
+        assert resource.provider.startswith(expected.urn), (resource.name, resource.provider)
+    assert any(r.retain_on_delete for r in objects), "the claims are kept, with the provider handed in for them"
