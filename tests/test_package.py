@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 import sys
 import textwrap
 import zipfile
@@ -17,30 +15,14 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-# scripts/setup.sh: the wheels of requirements.txt's pins and of the build backend, beside the virtualenv
-WHEELHOUSE = Path(sys.prefix) / "program-wheels"
+from package_install import REPO, fresh_install, package_source, run
 
 pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture
 def source(tmp_path) -> Path:
-    """What the package is built from, as its sdist holds it, in a copy: a build writes build/ and
-    *.egg-info into the tree it builds."""
-    copy = tmp_path / "source"
-    copy.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, copy / name)
-    for package in ("ddp_infra", "observe", "trainer"):
-        shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
-    return copy
-
-
-def run(*argv: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(argv)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return done
+    return package_source(tmp_path / "source")
 
 
 def test_the_wheel_holds_the_component_the_commands_and_the_contract_and_nothing_else(source, tmp_path):
@@ -89,20 +71,13 @@ PROGRAM = textwrap.dedent(
 
 
 def test_a_fresh_virtualenv_installs_the_repository_from_the_declared_wheels_and_runs_a_program_with_it(source, tmp_path):
-    if not (WHEELHOUSE / ".complete").is_file():
-        pytest.fail(f"{WHEELHOUSE} is missing: run `make setup` (scripts/setup.sh downloads it)", pytrace=False)
-    venv = tmp_path / "venv"
-    run(sys.executable, "-m", "venv", str(venv), cwd=tmp_path)
-    python = str(venv / "bin" / "python")
-    # --no-index: only what pyproject.toml declares, from the wheelhouse; a dependency it forgot is not there.
-    # --no-compile: the program imports a fraction of what is installed (half the test's time went to bytecode)
-    run(python, "-m", "pip", "install", "--quiet", "--no-compile", "--no-index", "--find-links", str(WHEELHOUSE), str(source), cwd=tmp_path)
+    python = str(fresh_install(source, tmp_path / "venv"))
     values = {"nodes": "3", "image": {"name": "ddp-trainer:dev"}, "namespace": {"name": "user-world"},
               "kubernetes": {"renderDir": str(tmp_path / "rendered")}}  # fmt: skip
     program = tmp_path / "program.py"
     program.write_text(PROGRAM)
     seen = json.loads(run(python, str(program), json.dumps(values), cwd=tmp_path).stdout.splitlines()[-1])
-    assert seen["from"].startswith(str(venv)), seen  # the installed package, not the repository
+    assert seen["from"].startswith(str(tmp_path / "venv")), seen  # the installed package, not the repository
     assert (seen["workloadKind"], seen["worldSize"], seen["namespace"]) == ("job", 3, "user-world"), seen
 
 
