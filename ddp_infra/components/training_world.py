@@ -60,6 +60,10 @@ class DdpTrainingWorldArgs:
     config: Union[StackConfig, Mapping[str, Any]]
     # The trainer image, where another resource makes it (an Output): it takes the place of `image.name`.
     image: Optional[pulumi.Input[str]] = None
+    # The Hugging Face token and the `secretEnv` values (config's `hfToken`, `secretEnv`): plain
+    # strings or Outputs, each made a Pulumi secret here whatever it was handed in as.
+    hf_token: Optional[pulumi.Input[str]] = None
+    secret_env: Optional[Mapping[str, pulumi.Input[str]]] = None
     # With a provider of the caller's: the one for the claims and the namespace, which Pulumi keeps on
     # delete. One with server-side apply adopts them after `pulumi destroy`; without it the caller's
     # provider registers them, and an `up` after a `destroy` fails on the claims left in the cluster.
@@ -192,20 +196,30 @@ class DdpTrainingWorld(Component):
 
 def config_of(args: DdpTrainingWorldArgs) -> StackConfig:
     """The world's config: a mapping validated as a stack's config is (each problem named as the
-    argument that holds it), and the image handed in put in its place; refused before anything is
-    registered."""
-    what = f"arguments of {WORLD_TYPE}"
-    image = None if args.image is None else stand_in(args.image, checked_image)
-    if isinstance(args.config, StackConfig):
+    argument that holds it), with the image and the secrets handed in put in their places; refused
+    before anything is registered."""
+    handed: dict[str, Any] = {}
+    if args.image is not None:
+        handed["image"] = stand_in(args.image, checked_image)
+    if args.hf_token is not None:
+        handed["hf_token"] = pulumi.Output.secret(args.hf_token)
+    if args.secret_env is not None:
+        handed["secret_env"] = {name: pulumi.Output.secret(value) for name, value in args.secret_env.items()}
+    if isinstance(args.config, StackConfig):  # parsed already: only the image is put in its place
         config = args.config
-        return config if image is None else config.model_copy(update={"image": config.image.model_copy(update={"name": image})})
+        if {"hf_token", "secret_env"} & handed.keys():
+            raise TypeError(f"{ARGS}.hf_token and .secret_env go with a config mapping; a StackConfig holds its own")
+        return config if "image" not in handed else config.model_copy(update={"image": config.image.model_copy(update={"name": handed["image"]})})
     raw = dict(args.config)
-    if image is not None:
-        raw["image"] = {**raw.get("image", {}), "name": image}
+    if "image" in handed:
+        raw["image"] = {**raw.get("image", {}), "name": handed["image"]}
+    if "secret_env" in handed:
+        raw["secretEnv"] = handed["secret_env"]
     try:
-        return stack_config.parse(raw)
+        return stack_config.parse(raw, handed.get("hf_token"))
     except ConfigError as error:
-        raise error.of_argument(f"{ARGS}.config", what) from None
+        apart = {"secretEnv": f"{ARGS}.secret_env"} if "secret_env" in handed else {}
+        raise error.of_argument(f"{ARGS}.config", f"arguments of {WORLD_TYPE}", apart) from None
 
 
 _IMAGE_REFERENCE = TypeAdapter(ImageReference)

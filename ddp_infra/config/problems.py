@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import pulumi
 
@@ -36,10 +36,16 @@ class ConfigError(pulumi.RunError):
         lines = "\n".join(f"  {problem}" for problem in problems)
         super().__init__(f"invalid {what} ({len(problems)} problem(s)); nothing was created:\n{lines}")
 
-    def of_argument(self, argument: str, what: str) -> "ConfigError":
-        """The same problems, each key named as a program's argument holds it (`argument.<key>`)."""
-        prefix = f"{PROJECT}:"
-        return ConfigError([Problem(f"{argument}.{p.key.removeprefix(prefix)}", p.given, p.allowed) for p in self.problems], what)
+    def of_argument(self, argument: str, what: str, apart: Mapping[str, str] = {}) -> "ConfigError":
+        """The same problems, each key named as a program's argument holds it: `argument.<key>`, or for
+        a key handed in as an argument of its own (`apart`: config key -> argument), that argument."""
+
+        def named(key: str) -> str:
+            key = key.removeprefix(f"{PROJECT}:")
+            top = re.match(r"[^.\[]+", key)[0]  # type: ignore[index]
+            return f"{apart[top]}{key[len(top):]}" if top in apart else f"{argument}.{key}"
+
+        return ConfigError([Problem(named(p.key), p.given, p.allowed) for p in self.problems], what)
 
 
 def full_key(path: list[str | int]) -> str:

@@ -107,3 +107,32 @@ def test_a_world_handed_the_caller_s_provider_makes_none_and_registers_every_obj
         expected = providers["cluster-kept" if resource.retain_on_delete else "cluster"]
         assert resource.provider.startswith(expected.urn), (resource.name, resource.provider)
     assert any(r.retain_on_delete for r in objects), "the claims are kept, with the provider handed in for them"
+
+
+SECRET = "kubernetes:core/v1:Secret"
+TOKEN, KEY = "hf_HandedInPlainTextToTheWorld0123", "wandb-key-handed-in-plain-text"
+
+
+def test_secrets_handed_in_as_plain_strings_are_made_pulumi_secrets_and_reach_only_their_secret_objects():
+    def program() -> dict[str, Any]:
+        config = harness.stack_config_with("dev")
+        args = DdpTrainingWorldArgs(config=config, hf_token=TOKEN, secret_env={"WANDB_API_KEY": KEY})
+        return DdpTrainingWorld("mine", args).outputs
+
+    evaluation = harness.evaluate(harness.stack_config_with("dev"), build=program_of(program))
+    assert evaluation.error is None, evaluation.error
+    secrets = {r.name: r.manifest["stringData"] for r in evaluation.of_type(SECRET)}
+    assert sorted(secrets.values(), key=len) == [{"token": TOKEN}, {"WANDB_API_KEY": KEY}], secrets
+    for resource in evaluation.registered:
+        for value in (TOKEN, KEY):
+            assert not harness.holds_in_plain_text(resource.inputs, value), f"{resource.name} holds a secret in plain text"
+    assert evaluation.env["WANDB_API_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "WANDB_API_KEY"
+    assert "HF_TOKEN" in evaluation.env
+
+
+def test_a_bad_secret_env_name_handed_in_is_named_as_the_argument():
+    config = harness.stack_config_with("dev")
+    evaluation = harness.evaluate(config, build=program_of(
+        lambda: DdpTrainingWorld("mine", DdpTrainingWorldArgs(config=config, secret_env={"9-lives": "x"})).outputs))
+    assert isinstance(evaluation.error, ConfigError) and evaluation.registered == [], evaluation.error
+    assert 'DdpTrainingWorldArgs.secret_env["9-lives"]: got ' in str(evaluation.error), evaluation.error
