@@ -413,9 +413,9 @@ def exec_python(cluster: LocalCluster, namespace: str, pod: str, code: str) -> s
     return cluster.kubectl("exec", pod, "-n", namespace, "-c", "trainer", "--", "python", "-c", code).stdout
 
 
-def job_condition(cluster: LocalCluster) -> str | None:
-    """Complete or Failed once the dev stack's Job has ended, else None."""
-    conditions = get(cluster, "job", WORKLOAD, NAMESPACE).get("status", {}).get("conditions") or []
+def job_condition(cluster: LocalCluster, namespace: str = NAMESPACE) -> str | None:
+    """Complete or Failed once the dev stack's Job (in `namespace`) has ended, else None."""
+    conditions = get(cluster, "job", WORKLOAD, namespace).get("status", {}).get("conditions") or []
     return next((c["type"] for c in conditions if c["type"] in ("Complete", "Failed") and c["status"] == "True"), None)
 
 
@@ -630,18 +630,26 @@ def resumes(cluster) -> list[tuple[datetime, str]]:
 
 
 def wait_for_the_job_and_both_ranks_done(cluster, timeout: float = 900) -> tuple[str, dict[str, dict[str, str]]]:
-    """The Job's end (Complete or Failed) and the [DONE] line of each of the final world's two ranks.
-    Each rank says [DONE] before the world leaves together; the Job, complete at its first pod's
-    success, then deletes the pods still running, logs and all: the lines are read as they come."""
-    done: dict[str, dict[str, str]] = {}
+    """The Job's end (Complete or Failed) and the [DONE] line of each of the final world's two ranks."""
+    ended = JobAndRanksDone(cluster, NAMESPACE)
+    return wait_for(ended, timeout, "the Job to end, both ranks' [DONE] lines read", interval=0.5), ended.done
 
-    def ended_with_both_ranks_done() -> str | None:
-        found = pods(cluster, NAMESPACE)
+
+class JobAndRanksDone:
+    """A look at the dev stack's Job in `namespace` that reads each rank's [DONE] line as it comes: each
+    rank says [DONE] before the world leaves together; the Job, complete at its first pod's success,
+    then deletes the pods still running, logs and all. Called, the Job's end once both ranks' lines
+    are read (or the reason they never will be), else None."""
+
+    def __init__(self, cluster, namespace: str):
+        self.cluster, self.namespace = cluster, namespace
+        self.done: dict[str, dict[str, str]] = {}
+
+    def __call__(self) -> str | None:
+        found = pods(self.cluster, self.namespace)
         for name in found:
-            done.update((line["rank"], line) for line in done_lines(all_logs(cluster, NAMESPACE, name)))
-        ended = job_condition(cluster)
-        if ended != "Complete" or sorted(done) == ["0", "1"]:
+            self.done.update((line["rank"], line) for line in done_lines(all_logs(self.cluster, self.namespace, name)))
+        ended = job_condition(self.cluster, self.namespace)
+        if ended != "Complete" or sorted(self.done) == ["0", "1"]:
             return ended
-        return None if any(running(pod) for pod in found.values()) else f"Complete, [DONE] read of ranks {sorted(done)} only"
-
-    return wait_for(ended_with_both_ranks_done, timeout, "the Job to end, both ranks' [DONE] lines read", interval=0.5), done
+        return None if any(running(pod) for pod in found.values()) else f"Complete, [DONE] read of ranks {sorted(self.done)} only"
