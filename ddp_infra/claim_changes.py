@@ -19,6 +19,7 @@ import pulumi
 
 from .config import StorageConfig, parse_quantity
 from .names import PROJECT
+from .stand_ins import swapped
 
 CLAIMS_OUTPUT = "claims"
 
@@ -41,10 +42,11 @@ def recorded_claims(storage: StorageConfig, namespace: str) -> dict[str, dict[st
     }
 
 
-def claim_change_problems(previous: Mapping[str, Any], storage: StorageConfig, namespace: str) -> list[str]:
-    """Each change from the `previous` record to `storage` that the claim it names cannot take."""
+def claim_change_problems(previous: Mapping[str, Any], records: Mapping[str, Any]) -> list[str]:
+    """Each change from the `previous` record to `records` (recorded_claims, a value handed in as an
+    Output resolved) that the claim it names cannot take."""
     problems = []
-    for role, now in recorded_claims(storage, namespace).items():
+    for role, now in records.items():
         was = previous.get(role)
         if not was or was.get("claim") != now["claim"]:
             continue  # a claim the last deployment did not have: created, not changed
@@ -65,8 +67,8 @@ def refuse_claim_changes(
     """Resolves once the claims may be registered (as the last deployment's `output` recorded
     them); fails with ClaimChangeRefused otherwise."""
 
-    def check(recorded: Optional[Mapping[str, Any]]) -> None:
-        problems = claim_change_problems(recorded or {}, storage, namespace)
+    def check(recorded: Optional[Mapping[str, Any]], records: Mapping[str, Any]) -> None:
+        problems = claim_change_problems(recorded or {}, records)
         if problems:
             raise ClaimChangeRefused(
                 "refused: a claim cannot take this change in place; nothing was changed:\n  "
@@ -76,7 +78,8 @@ def refuse_claim_changes(
                 "copy its data over, then delete it yourself)"
             )
 
-    return last_deployment.get_output(output).apply(check)
+    records = swapped(recorded_claims(storage, namespace))  # a storage class handed in, by its value
+    return pulumi.Output.all(last_deployment.get_output(output), records).apply(lambda both: check(*both))
 
 
 def _shown(value: Optional[str]) -> str:

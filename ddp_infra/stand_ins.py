@@ -15,19 +15,21 @@ from typing import Any, Callable
 
 import pulumi
 
-# An image reference, and a host no registry has (RFC 2606's .invalid): a stand-in never pulls.
-_TEMPLATE = "stand-in.invalid/ddp-infra-{number}:output"
-_STAND_IN = re.compile(r"stand-in\.invalid/ddp-infra-\d+:output")
+# What a stand-in looks like: the rule its value must pass, under a domain nothing has (RFC 2606's
+# .invalid): an image reference no registry serves, or a DNS-1123 subdomain no object is named.
+IMAGE = "stand-in.invalid/ddp-infra-{number}:output"
+NAME = "ddp-infra-{number}.stand-in.invalid"
+_STAND_IN = re.compile(r"stand-in\.invalid/ddp-infra-\d+:output|ddp-infra-\d+\.stand-in\.invalid")
 _numbers = itertools.count()
 _outputs: dict[str, pulumi.Output[str]] = {}
 
 
-def stand_in(value: pulumi.Input[str], check: Callable[[str], str]) -> str:
-    """A plain value as it is (`check` raises on a bad one); an Output's stand-in, its value checked
-    by `check` once known."""
+def stand_in(value: pulumi.Input[str], check: Callable[[str], str], template: str = IMAGE) -> str:
+    """A plain value as it is (`check` raises on a bad one); an Output's stand-in (`template`), its value
+    checked by `check` once known."""
     if isinstance(value, str):
         return check(value)
-    token = _TEMPLATE.format(number=next(_numbers))
+    token = template.format(number=next(_numbers))
     _outputs[token] = pulumi.Output.from_input(value).apply(check)
     return token
 

@@ -17,6 +17,7 @@ import pulumi
 
 from ..config import StorageConfig
 from ..manifests import claim_manifest
+from ..stand_ins import swapped
 from .base import Component
 from .kubernetes_object import KubernetesObject
 
@@ -39,7 +40,8 @@ class TrainingStorage(Component):
             manifest = claim_manifest(role, volume, args.namespace)
             self.claims[role] = KubernetesObject(
                 f"{name}-{role}",
-                {**manifest, "spec": args.changes_allowed.apply(lambda _, spec=manifest["spec"]: spec)},
+                # (a storage class handed in as an Output in its place: ddp_infra.stand_ins)
+                {**manifest, "spec": args.changes_allowed.apply(lambda _, spec=manifest["spec"]: pulumi.Output.from_input(swapped(spec)))},
                 opts=self.child(
                     retain_on_delete=volume.retain_on_delete,
                     protect=volume.protect,

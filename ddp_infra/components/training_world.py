@@ -14,7 +14,7 @@ by role alone) is taken over through aliases where `previous_layout` says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 import pulumi
 from pydantic import TypeAdapter, ValidationError
@@ -25,14 +25,14 @@ from ..claim_changes import CLAIMS_OUTPUT, recorded_claims, refuse_claim_changes
 from ..cluster_apis import require_cluster_apis
 from ..config import ConfigError, Problem, StackConfig
 from ..config.problems import shown
-from ..config.scalars import IMAGE_REFERENCE, ImageReference
+from ..config.scalars import DNS_SUBDOMAIN, IMAGE_REFERENCE, DnsSubdomain, ImageReference
 from ..fit import require_world_fits
 from ..pod import pod_template
 from ..pod_security import pod_security_level
 from ..providers import Providers
 from ..reachability import require_reachable_cluster
 from ..secrets_digest import secret_values, with_secrets_digest
-from ..stand_ins import stand_in, swapped
+from ..stand_ins import NAME, stand_in, swapped
 from ..world import World
 from ..world_wait import WORLD_STATE_OUTPUT, world_state
 from .base import Component, FormerName
@@ -60,6 +60,9 @@ class DdpTrainingWorldArgs:
     config: Union[StackConfig, Mapping[str, Any]]
     # The trainer image, where another resource makes it (an Output): it takes the place of `image.name`.
     image: Optional[pulumi.Input[str]] = None
+    # The StorageClass of every claim the world creates, where another resource makes it (the
+    # program's EFS or Filestore class): it takes the place of each `storage.<role>.storageClass`.
+    storage_class: Optional[pulumi.Input[str]] = None
     # The Hugging Face token and the `secretEnv` values (config's `hfToken`, `secretEnv`): plain
     # strings or Outputs, each made a Pulumi secret here whatever it was handed in as.
     hf_token: Optional[pulumi.Input[str]] = None
@@ -196,11 +199,20 @@ class DdpTrainingWorld(Component):
 
 def config_of(args: DdpTrainingWorldArgs) -> StackConfig:
     """The world's config: a mapping validated as a stack's config is (each problem named as the
-    argument that holds it), with the image and the secrets handed in put in their places; refused
-    before anything is registered."""
+    argument that holds it), with what is handed in apart put in its place; refused before anything
+    is registered."""
+    config = parsed_config(args)
+    if args.storage_class is not None:
+        name = stand_in(args.storage_class, checked(f"{ARGS}.storage_class", _DNS_SUBDOMAIN, DNS_SUBDOMAIN), NAME)
+        volumes = {role: volume.model_copy(update={"storage_class": name}) for role, volume in config.storage.volumes().items()}
+        config = config.model_copy(update={"storage": config.storage.model_copy(update=volumes)})
+    return config
+
+
+def parsed_config(args: DdpTrainingWorldArgs) -> StackConfig:
     handed: dict[str, Any] = {}
     if args.image is not None:
-        handed["image"] = stand_in(args.image, checked_image)
+        handed["image"] = stand_in(args.image, checked(f"{ARGS}.image", _IMAGE_REFERENCE, IMAGE_REFERENCE))
     if args.hf_token is not None:
         handed["hf_token"] = pulumi.Output.secret(args.hf_token)
     if args.secret_env is not None:
@@ -222,15 +234,19 @@ def config_of(args: DdpTrainingWorldArgs) -> StackConfig:
         raise error.of_argument(f"{ARGS}.config", f"arguments of {WORLD_TYPE}", apart) from None
 
 
-_IMAGE_REFERENCE = TypeAdapter(ImageReference)
+_IMAGE_REFERENCE, _DNS_SUBDOMAIN = TypeAdapter(ImageReference), TypeAdapter(DnsSubdomain)
 
 
-def checked_image(image: str) -> str:
-    """The image handed in, once it is a reference the kubelet can pull (`image.name`'s rule)."""
-    try:
-        return _IMAGE_REFERENCE.validate_python(image)
-    except ValidationError:
-        raise ConfigError([Problem(f"{ARGS}.image", shown(image), IMAGE_REFERENCE)], f"arguments of {WORLD_TYPE}") from None
+def checked(argument: str, rule: TypeAdapter, allowed: str) -> Callable[[str], str]:
+    """A check of a value handed in by the rule of the config key it takes the place of."""
+
+    def check(value: str) -> str:
+        try:
+            return rule.validate_python(value)
+        except ValidationError:
+            raise ConfigError([Problem(argument, shown(value), allowed)], f"arguments of {WORLD_TYPE}") from None
+
+    return check
 
 
 def checked_world(config: StackConfig) -> tuple[World, dict[str, Any]]:

@@ -81,7 +81,5 @@ def test_the_recorded_claims_are_those_the_stack_creates(deployed):
 def test_problems_compare_quantities_not_spellings():
     storage = StorageConfig.model_validate({"outputs": {"size": "1024Mi"}})
     recorded = claim_changes.recorded_claims(storage, "ns")
-    assert claim_changes.claim_change_problems({**recorded, "outputs": {**recorded["outputs"], "size": "1Gi"}},
-                                               storage, "ns") == []  # fmt: skip
-    assert claim_changes.claim_change_problems({**recorded, "outputs": {**recorded["outputs"], "size": "2Gi"}},
-                                               storage, "ns")  # fmt: skip
+    assert claim_changes.claim_change_problems({**recorded, "outputs": {**recorded["outputs"], "size": "1Gi"}}, recorded) == []
+    assert claim_changes.claim_change_problems({**recorded, "outputs": {**recorded["outputs"], "size": "2Gi"}}, recorded)

@@ -136,3 +136,36 @@ def test_a_bad_secret_env_name_handed_in_is_named_as_the_argument():
         lambda: DdpTrainingWorld("mine", DdpTrainingWorldArgs(config=config, secret_env={"9-lives": "x"})).outputs))
     assert isinstance(evaluation.error, ConfigError) and evaluation.registered == [], evaluation.error
     assert 'DdpTrainingWorldArgs.secret_env["9-lives"]: got ' in str(evaluation.error), evaluation.error
+
+
+def storage_class_maker(name: str) -> KubernetesObject:
+    """Another resource of the program whose output is the class's name (the program's EFS or Filestore class)."""
+    return KubernetesObject("shared-class", {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+                                             "provisioner": "efs.csi.aws.com"})  # fmt: skip
+
+
+def test_a_storage_class_handed_in_as_an_output_is_every_claim_s_and_the_claims_record_s():
+    def program() -> dict[str, Any]:
+        made = storage_class_maker("shared-rwx")
+        args = DdpTrainingWorldArgs(config=harness.stack_config_with("prod"), storage_class=made.metadata["name"])  # type: ignore[attr-defined]
+        return DdpTrainingWorld("mine", args).outputs
+
+    evaluation = harness.evaluate(harness.stack_config_with("prod"), stack="prod", build=program_of(program))
+    assert evaluation.error is None, evaluation.error
+    claims = [r.manifest for r in evaluation.registered if r.type == "kubernetes:core/v1:PersistentVolumeClaim"]
+    assert len(claims) == 3 and {c["spec"]["storageClassName"] for c in claims} == {"shared-rwx"}, claims
+    assert {record["storageClass"] for record in evaluation.outputs["claims"].values()} == {"shared-rwx"}
+    assert STAND_IN not in repr([r.inputs for r in evaluation.registered]) + repr(evaluation.outputs)
+
+
+def test_a_storage_class_handed_in_is_compared_by_its_value_with_the_last_deployment_s_claims():
+    """The refusal of a claim change reads the value the Output resolves to, not its stand-in."""
+    config = harness.stack_config_with("prod")
+    last = harness.evaluate(config, stack="prod", build=program_of(
+        lambda: DdpTrainingWorld("mine", DdpTrainingWorldArgs(config=config, outputs_prefix="")).outputs))
+    for handed, refused in (("shared-rwx", False), ("another-class", True)):
+        evaluation = harness.evaluate(config, stack="prod", previous_outputs=last.outputs, build=program_of(
+            lambda: DdpTrainingWorld("mine", DdpTrainingWorldArgs(config=config, outputs_prefix="", storage_class=storage_class_maker(handed).metadata["name"])).outputs))  # type: ignore[attr-defined]  # noqa: B023
+        assert ("refused: a claim cannot take this change" in str(evaluation.error)) is refused, (handed, evaluation.error)
+        if refused:
+            assert "storage.datasets.storageClass: 'shared-rwx' -> 'another-class'" in str(evaluation.error)
