@@ -33,6 +33,7 @@ from .gang import amount_text, fewest_pods_admitted, pod_requests
 from .names import PROJECT
 from .queue_quota import QueueLimit, cohort_of, cohort_peers, kueue_limit, queue_problem, volcano_limit
 from .reachability import needs_no_cluster
+from .stand_ins import holds_stand_in
 from .world import World
 
 KUBECTL_TIMEOUT_S = 30
@@ -213,6 +214,9 @@ def require_world_fits(world: World, template: dict[str, Any]) -> None:
     refusals = []
     if not nodes:
         pulumi.log.warn("whether the world fits the cluster is not checked: the cluster has no nodes (yet)")
+    elif holds_stand_in(ask.node_selector):
+        pulumi.log.warn("whether the world fits the cluster's nodes is not checked: a nodeSelector value is known only "
+                        "once the resource that makes it is (DdpTrainingWorldArgs.node_selector)")
     elif problem := fit_problem(ask, world.min_nodes, nodes):  # an elastic world trains once its minimum runs
         if mode == "warn" or autoscaler:
             grows = f" ({autoscaler} may add nodes)" if autoscaler else ""

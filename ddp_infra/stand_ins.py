@@ -34,6 +34,11 @@ def stand_in(value: pulumi.Input[str], check: Callable[[str], str], template: st
     return token
 
 
+def holds_stand_in(value: Any) -> bool:
+    """Whether `value` (a manifest's part) holds a value known only once another resource is made."""
+    return bool(_STAND_IN.search(repr(value)))
+
+
 def swapped(value: Any) -> Any:
     """`value` (a manifest, an output) with each stand-in put back as its Output."""
     if isinstance(value, str):

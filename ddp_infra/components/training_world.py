@@ -25,7 +25,8 @@ from ..claim_changes import CLAIMS_OUTPUT, recorded_claims, refuse_claim_changes
 from ..cluster_apis import require_cluster_apis
 from ..config import ConfigError, Problem, StackConfig
 from ..config.problems import shown
-from ..config.scalars import DNS_SUBDOMAIN, IMAGE_REFERENCE, DnsSubdomain, ImageReference
+from ..config.scalars import DnsSubdomain, ImageReference, LabelValue
+from ..config.scheduling import NodeLabelKey
 from ..fit import require_world_fits
 from ..pod import pod_template
 from ..pod_security import pod_security_level
@@ -63,6 +64,9 @@ class DdpTrainingWorldArgs:
     # The StorageClass of every claim the world creates, where another resource makes it (the
     # program's EFS or Filestore class): it takes the place of each `storage.<role>.storageClass`.
     storage_class: Optional[pulumi.Input[str]] = None
+    # Node labels the pods must match, a value where another resource makes it (a node pool's label):
+    # added to `scheduling.nodeSelector`. The fit check cannot count nodes for a value known after `up`.
+    node_selector: Optional[Mapping[str, pulumi.Input[str]]] = None
     # The Hugging Face token and the `secretEnv` values (config's `hfToken`, `secretEnv`): plain
     # strings or Outputs, each made a Pulumi secret here whatever it was handed in as.
     hf_token: Optional[pulumi.Input[str]] = None
@@ -203,16 +207,23 @@ def config_of(args: DdpTrainingWorldArgs) -> StackConfig:
     is registered."""
     config = parsed_config(args)
     if args.storage_class is not None:
-        name = stand_in(args.storage_class, checked(f"{ARGS}.storage_class", _DNS_SUBDOMAIN, DNS_SUBDOMAIN), NAME)
+        name = stand_in(args.storage_class, checked(f"{ARGS}.storage_class", _DNS_SUBDOMAIN), NAME)
         volumes = {role: volume.model_copy(update={"storage_class": name}) for role, volume in config.storage.volumes().items()}
         config = config.model_copy(update={"storage": config.storage.model_copy(update=volumes)})
+    if args.node_selector is not None:
+        selector = {}
+        for key, value in args.node_selector.items():
+            argument = f'{ARGS}.node_selector["{key}"]'
+            selector[checked(f"{argument} (its key)", _LABEL_KEY)(key)] = stand_in(value, checked(argument, _LABEL_VALUE), NAME)
+        scheduling = config.scheduling
+        config = config.model_copy(update={"scheduling": scheduling.model_copy(update={"node_selector": {**scheduling.node_selector, **selector}})})
     return config
 
 
 def parsed_config(args: DdpTrainingWorldArgs) -> StackConfig:
     handed: dict[str, Any] = {}
     if args.image is not None:
-        handed["image"] = stand_in(args.image, checked(f"{ARGS}.image", _IMAGE_REFERENCE, IMAGE_REFERENCE))
+        handed["image"] = stand_in(args.image, checked(f"{ARGS}.image", _IMAGE_REFERENCE))
     if args.hf_token is not None:
         handed["hf_token"] = pulumi.Output.secret(args.hf_token)
     if args.secret_env is not None:
@@ -235,15 +246,18 @@ def parsed_config(args: DdpTrainingWorldArgs) -> StackConfig:
 
 
 _IMAGE_REFERENCE, _DNS_SUBDOMAIN = TypeAdapter(ImageReference), TypeAdapter(DnsSubdomain)
+_LABEL_KEY, _LABEL_VALUE = TypeAdapter(NodeLabelKey), TypeAdapter(LabelValue)
 
 
-def checked(argument: str, rule: TypeAdapter, allowed: str) -> Callable[[str], str]:
-    """A check of a value handed in by the rule of the config key it takes the place of."""
+def checked(argument: str, rule: TypeAdapter) -> Callable[[str], str]:
+    """A check of a value handed in by the rule of the config key it takes the place of, its problem
+    named as the argument."""
 
     def check(value: str) -> str:
         try:
             return rule.validate_python(value)
-        except ValidationError:
+        except ValidationError as error:
+            allowed = error.errors()[0]["msg"]
             raise ConfigError([Problem(argument, shown(value), allowed)], f"arguments of {WORLD_TYPE}") from None
 
     return check

@@ -101,8 +101,11 @@ DnsLabel = Annotated[
         pattern(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", "a DNS-1123 label: lowercase a-z, 0-9, '-', at most 63")
     ),
 ]
-DNS_SUBDOMAIN = "a DNS-1123 subdomain: lowercase a-z, 0-9, '-', '.'"
-DnsSubdomain = Annotated[str, Field(max_length=253), AfterValidator(pattern(DNS_SUBDOMAIN_RE, DNS_SUBDOMAIN))]
+DnsSubdomain = Annotated[
+    str,
+    Field(max_length=253),
+    AfterValidator(pattern(DNS_SUBDOMAIN_RE, "a DNS-1123 subdomain: lowercase a-z, 0-9, '-', '.'")),
+]
 # The workload's Service is <name>-rdzv, and a Service's name is a DNS-1035 label: it starts with
 # a letter. StatefulSet pods are named <name>-<ordinal> and get a controller-revision-hash label
 # <name>-<10 chars>, and the rendezvous store's pod a label <name>-rdzv-store, each of which must

@@ -169,3 +169,13 @@ def test_a_storage_class_handed_in_is_compared_by_its_value_with_the_last_deploy
         assert ("refused: a claim cannot take this change" in str(evaluation.error)) is refused, (handed, evaluation.error)
         if refused:
             assert "storage.datasets.storageClass: 'shared-rwx' -> 'another-class'" in str(evaluation.error)
+
+
+@pytest.mark.parametrize("selector, named", [({"pool": "not a label value!"}, 'DdpTrainingWorldArgs.node_selector["pool"]: got'),
+                                             ({"bad key/with/slashes": "a"}, 'DdpTrainingWorldArgs.node_selector["bad key/with/slashes"] (its key): got')])  # fmt: skip
+def test_a_bad_node_selector_handed_in_is_named_as_the_argument_before_anything(selector, named):
+    config = harness.stack_config_with("dev")
+    evaluation = harness.evaluate(config, build=program_of(
+        lambda: DdpTrainingWorld("mine", DdpTrainingWorldArgs(config=config, node_selector=selector)).outputs))
+    assert isinstance(evaluation.error, ConfigError) and evaluation.registered == [], evaluation.error
+    assert named in str(evaluation.error), evaluation.error

@@ -7,7 +7,9 @@ The check on a real cluster, through the real engine, is in tests/cluster/test_c
 
 from __future__ import annotations
 
+import logging
 from decimal import Decimal
+from typing import Any, Callable
 
 import pulumi
 
@@ -204,3 +206,33 @@ def test_a_volcano_queue_bounds_only_what_its_capability_names():
     assert queue_quota.queue_problem(ask(cpu="1").requests, 4, limit) == (
         "the world's 4 pods together ask more than Volcano Queue default can ever admit:\n    cpu: 4 asked, at most 3 (capability 3)")
     assert queue_quota.queue_problem(ask().requests, 1000, queue_quota.volcano_limit({"metadata": {"name": "open"}, "spec": {}})) is None
+
+
+def test_a_node_selector_value_known_only_after_up_is_not_counted_while_a_plain_one_no_node_has_is_refused(monkeypatch, caplog):
+    """DdpTrainingWorldArgs.node_selector: a node pool's label handed in as an Output."""
+    from ddp_infra import fit
+    from ddp_infra.components import DdpTrainingWorld, DdpTrainingWorldArgs
+    from ddp_infra.components.kubernetes_object import KubernetesObject
+
+    monkeypatch.setattr(fit, "needs_no_cluster", lambda _: False)  # the check runs, on these nodes
+    monkeypatch.setattr(fit, "read_cluster", lambda _: ([node(f"n{i}", cpu="4", memory="16Gi", labels={"pool": "gpu-a"}) for i in range(2)], None))
+    monkeypatch.setattr(fit, "read_queue_limit", lambda _: None)
+    config = harness.stack_config_with("dev")
+
+    def world_on(pool: Callable[[], Any]) -> harness.Evaluation:
+        def program(_: Any) -> dict:
+            return DdpTrainingWorld("mine", DdpTrainingWorldArgs(config=config, node_selector={"pool": pool()})).outputs
+
+        return harness.evaluate(config, build=program)
+
+    def made() -> Any:  # the label's value as another resource's output
+        return KubernetesObject("pool", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gpu-b"}}).metadata["name"]  # type: ignore[attr-defined]
+
+    with caplog.at_level(logging.WARNING):
+        later = world_on(made)
+    assert later.error is None, later.error
+    assert "whether the world fits the cluster's nodes is not checked: a nodeSelector value is known only once" in caplog.text
+    assert later.pod_template["spec"]["nodeSelector"] == {"pool": "gpu-b"}
+    refused = world_on(lambda: "gpu-b")
+    assert "the world cannot fit in the cluster; nothing was created" in str(refused.error) and refused.registered == [], refused.error
+    assert world_on(lambda: "gpu-a").error is None
