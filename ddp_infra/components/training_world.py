@@ -127,7 +127,7 @@ class DdpTrainingWorld(Component):
                     retained_provider=providers.retained,
                 ),
                 opts=pulumi.ResourceOptions(
-                    parent=self, providers=[providers.namespace] if providers.namespace else None
+                    parent=self, providers=[providers.namespace] if providers.namespace else None, depends_on=self._waits_for
                 ),
             )
             in_namespace.append(self.namespace)
@@ -135,7 +135,8 @@ class DdpTrainingWorld(Component):
             self.namespace = None
 
         def inside(*after: pulumi.Resource) -> pulumi.ResourceOptions:
-            return pulumi.ResourceOptions(parent=self, depends_on=[*in_namespace, *after])
+            # what the program made the world depend on (a namespace, a quota, a queue) too
+            return pulumi.ResourceOptions(parent=self, depends_on=[*self._waits_for, *in_namespace, *after])
 
         self.storage = TrainingStorage(
             f"{name}-storage",

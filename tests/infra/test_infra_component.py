@@ -179,3 +179,23 @@ def test_a_bad_node_selector_handed_in_is_named_as_the_argument_before_anything(
         lambda: DdpTrainingWorld("mine", DdpTrainingWorldArgs(config=config, node_selector=selector)).outputs))
     assert isinstance(evaluation.error, ConfigError) and evaluation.registered == [], evaluation.error
     assert named in str(evaluation.error), evaluation.error
+
+
+@pytest.mark.parametrize("as_list", [True, False])
+def test_every_object_of_a_world_waits_for_what_the_program_says_the_world_depends_on(as_list):
+    """`opts.depends_on` (a list, or one resource): a namespace, a quota or a LocalQueue the program makes before the world."""
+    made: dict[str, str] = {}
+
+    def program() -> dict[str, Any]:
+        quota = KubernetesObject("team-quota", {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "team", "namespace": "ml"}})
+        opts = pulumi.ResourceOptions(depends_on=[quota] if as_list else quota)
+        world = DdpTrainingWorld("mine", DdpTrainingWorldArgs(config=harness.stack_config_with("prod")), opts=opts)
+        quota.urn.apply(lambda urn: made.update(urn=urn))
+        return world.outputs
+
+    evaluation = harness.evaluate(harness.stack_config_with("prod"), stack="prod", build=program_of(program))
+    assert evaluation.error is None, evaluation.error
+    objects = [r for r in evaluation.registered if r.type.startswith("kubernetes:") and r.name != "team-quota"]
+    assert len(objects) > 5
+    late = [r.name for r in objects if made["urn"] not in r.dependencies]
+    assert not late, f"created without waiting for what the world depends on: {late}"
