@@ -117,7 +117,7 @@ class DdpTrainingWorld(Component):
         claim_changes_allowed = refuse_claim_changes(config.storage, world.namespace, last, claims_output)
         in_namespace: list[pulumi.Resource] = []
         if config.namespace.create:
-            self.namespace: Optional[TrainingNamespace] = TrainingNamespace(
+            self.training_namespace: Optional[TrainingNamespace] = TrainingNamespace(
                 f"{name}-namespace",
                 TrainingNamespaceArgs(
                     namespace=config.namespace,
@@ -130,9 +130,9 @@ class DdpTrainingWorld(Component):
                     parent=self, providers=[providers.namespace] if providers.namespace else None, depends_on=self._waits_for
                 ),
             )
-            in_namespace.append(self.namespace)
+            in_namespace.append(self.training_namespace)
         else:
-            self.namespace = None
+            self.training_namespace = None
 
         def inside(*after: pulumi.Resource) -> pulumi.ResourceOptions:
             # what the program made the world depend on (a namespace, a quota, a queue) too

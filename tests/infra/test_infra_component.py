@@ -122,7 +122,7 @@ def test_secrets_handed_in_as_plain_strings_are_made_pulumi_secrets_and_reach_on
     evaluation = harness.evaluate(harness.stack_config_with("dev"), build=program_of(program))
     assert evaluation.error is None, evaluation.error
     secrets = {r.name: r.manifest["stringData"] for r in evaluation.of_type(SECRET)}
-    assert sorted(secrets.values(), key=len) == [{"token": TOKEN}, {"WANDB_API_KEY": KEY}], secrets
+    assert sorted(item for data in secrets.values() for item in data.items()) == [("WANDB_API_KEY", KEY), ("token", TOKEN)], secrets
     for resource in evaluation.registered:
         for value in (TOKEN, KEY):
             assert not harness.holds_in_plain_text(resource.inputs, value), f"{resource.name} holds a secret in plain text"
@@ -199,3 +199,23 @@ def test_every_object_of_a_world_waits_for_what_the_program_says_the_world_depen
     assert len(objects) > 5
     late = [r.name for r in objects if made["urn"] not in r.dependencies]
     assert not late, f"created without waiting for what the world depends on: {late}"
+
+
+def test_the_package_s_world_takes_the_engine_s_numbers_and_keeps_each_output_as_the_attribute_the_host_reads():
+    """ddp_infra/package.py, as the component provider host constructs it: the inputs by their Python
+    names, every number a float (a protobuf Value), the outputs read back from attributes."""
+    from ddp_infra import package
+
+    config = {**harness.stack_config_with("dev"), "nodes": 3.0, "shmSize": "256Mi"}
+    seen: dict[str, Any] = {}
+
+    def program() -> dict[str, Any]:
+        world = package.DdpTrainingWorld("mine", {"config": config, "image": image_maker(IMAGE).data["image"]})  # type: ignore[attr-defined]
+        for name in ("nodes", "workload_kind", "world_state", "results_command"):
+            getattr(world, name).apply(lambda value, name=name: seen.update({name: value}))
+        return world.outputs
+
+    evaluation = harness.evaluate(harness.stack_config_with("dev"), build=program_of(program))
+    assert evaluation.error is None, evaluation.error
+    assert seen["nodes"] == 3 and seen["workload_kind"] == "job" and f"--image {IMAGE} " in seen["results_command"], seen
+    assert package.whole_numbers({"a": [2.0, 2.5], "b": {"c": 1.0}, "d": "3"}) == {"a": [2, 2.5], "b": {"c": 1}, "d": "3"}
