@@ -63,8 +63,12 @@ volcano_version=1.10.0
 # cluster turns off (toolchain/cluster/node.py). kube-network-policies, the other enforcer served,
 # needs nftables' queue (CONFIG_NFT_QUEUE), which this kernel lacks.
 kube_router_version=2.1.0
+# The Pulumi YAML language host, for the YAML program that adds ddp-infra as a component package
+# (`pulumi package add` needs the host's Link: v1.25.0 lacks it, v1.30.0 has it). The newest release
+# the proxy serves of those tried (it refuses v1.38.2, v1.39.0 to v1.43.0, v1.45.0 and v1.50.0).
+yaml_version=1.38.1
 
-bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version-jobset-$jobset_version-kueue-$kueue_version-volcano-$volcano_version-kube-router-$kube_router_version-versitygw-$versitygw_version
+bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version-jobset-$jobset_version-kueue-$kueue_version-volcano-$volcano_version-kube-router-$kube_router_version-versitygw-$versitygw_version-yaml-$yaml_version
 if [ "${1:-}" = --bin-dir ]; then
   echo "$bin_dir"
   exit 0
@@ -84,6 +88,7 @@ kueue_dir=$cache/kueue-v$kueue_version
 volcano_dir=$cache/volcano-v$volcano_version
 kube_router_dir=$cache/kube-router-v$kube_router_version
 versitygw_dir=$cache/versitygw-v$versitygw_version
+yaml_dir=$cache/pulumi-language-yaml-v$yaml_version
 logs=$cache/logs
 mkdir -p "$bin_dir" "$logs"
 
@@ -154,6 +159,11 @@ build_language_host() {
   # The host runs the program through this script, which it looks for beside its own binary.
   sdk=$(module_dir "github.com/pulumi/pulumi/sdk/v3@v$pulumi_version")
   install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" out/
+}
+
+build_yaml_host() {
+  wrapped_build pulumi-language-yaml github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml \
+    "github.com/pulumi/pulumi-yaml@v$yaml_version" "" -tags osusergo,grpcnotrace
 }
 
 # The provider's main package embeds files (schema-embed.json, ...) that its `go generate` step
@@ -413,6 +423,8 @@ component kube-router "$kube_router_dir" build_kube_router
 link "$kube_router_dir/kube-router" kube-router
 component versitygw "$versitygw_dir" build_versitygw
 link "$versitygw_dir/versitygw" versitygw
+component pulumi-language-yaml "$yaml_dir" build_yaml_host
+link "$yaml_dir/pulumi-language-yaml" pulumi-language-yaml
 
 # The engine takes the provider from its plugin directory, so it never tries to download one.
 if [ -x "$bin_dir/pulumi" ] && [ -x "$provider_dir/pulumi-resource-kubernetes" ]; then
