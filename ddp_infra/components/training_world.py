@@ -50,6 +50,7 @@ from .trainer import Trainer, TrainerArgs
 WORLD_TYPE = "ddp-infra:index:DdpTrainingWorld"
 LAYOUT_0_1_TYPE = "ddp-infra:training:Stack"
 ARGS = "DdpTrainingWorldArgs"  # how a problem of an argument names it
+REFUSED = f"arguments of {WORLD_TYPE}"  # what a ConfigError of the arguments says was invalid
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,7 @@ def config_of(args: DdpTrainingWorldArgs) -> StackConfig:
 
 
 def parsed_config(args: DdpTrainingWorldArgs) -> StackConfig:
+    """`args.config` parsed, with the image and the secrets handed in apart in their places."""
     handed: dict[str, Any] = {}
     if args.image is not None:
         handed["image"] = stand_in(args.image, checked(f"{ARGS}.image", _IMAGE_REFERENCE))
@@ -243,7 +245,7 @@ def parsed_config(args: DdpTrainingWorldArgs) -> StackConfig:
         return stack_config.parse(raw, handed.get("hf_token"))
     except ConfigError as error:
         apart = {"secretEnv": f"{ARGS}.secret_env"} if "secret_env" in handed else {}
-        raise error.of_argument(f"{ARGS}.config", f"arguments of {WORLD_TYPE}", apart) from None
+        raise error.of_argument(f"{ARGS}.config", REFUSED, apart) from None
 
 
 _IMAGE_REFERENCE, _DNS_SUBDOMAIN = TypeAdapter(ImageReference), TypeAdapter(DnsSubdomain)
@@ -259,7 +261,7 @@ def checked(argument: str, rule: TypeAdapter) -> Callable[[str], str]:
             return rule.validate_python(value)
         except ValidationError as error:
             allowed = error.errors()[0]["msg"]
-            raise ConfigError([Problem(argument, shown(value), allowed)], f"arguments of {WORLD_TYPE}") from None
+            raise ConfigError([Problem(argument, shown(value), allowed)], REFUSED) from None
 
     return check
 
