@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # scripts/setup.sh: the wheels of requirements.txt's pins and of the build backend, beside the virtualenv
 WHEELHOUSE = Path(sys.prefix) / "program-wheels"
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]  # the package's
 
 
 def run(*argv: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:

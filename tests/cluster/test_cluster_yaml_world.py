@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import tomllib
 
 import pytest
 import yaml
 
 from cluster_testing import REPO, JobAndRanksDone, WORKLOAD, delete_namespace, get, summary_line, wait_for
+from package_install import VERSION
 from pulumi_project import PulumiProject
 
 pytestmark = pytest.mark.timeout(900)
@@ -20,7 +20,6 @@ pytestmark = pytest.mark.timeout(900)
 EXAMPLE = REPO / "examples" / "yaml-world"
 PLUGIN = REPO / "provider" / "pulumi-resource-ddp-infra"
 NAMESPACE = "yaml-world"
-VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
 def test_a_yaml_program_adds_the_component_package_and_deploys_a_world_that_trains_to_its_result(cluster, dev_image, tmp_path):
@@ -49,8 +48,7 @@ def test_a_yaml_program_adds_the_component_package_and_deploys_a_world_that_trai
         assert outputs["world.worldState"].startswith("admitted"), outputs["world.worldState"]
         assert outputs["world.claims"]["outputs"]["claim"].startswith(f"{NAMESPACE}/"), outputs["world.claims"]
         assert [c["image"] for c in get(cluster, "job", WORKLOAD, NAMESPACE)["spec"]["template"]["spec"]["containers"]] == [dev_image]
-        state = project.export_state("dev")["deployment"]["resources"]
-        assert [r["urn"].rsplit("::", 1)[1] for r in state if r["type"] == "pulumi:providers:kubernetes"] == ["cluster"]
+        assert project.kubernetes_providers("dev") == ["cluster"], "the world made none"
 
         ended = JobAndRanksDone(cluster, NAMESPACE)
         assert wait_for(ended, 600, "the Job to end, both ranks' [DONE] read", interval=0.5) == "Complete"

@@ -237,6 +237,11 @@ class PulumiProject:
     def export_state(self, stack: str) -> dict:
         return json.loads(self.run("stack", "export", "--stack", stack).stdout)
 
+    def kubernetes_providers(self, stack: str) -> list[str]:
+        """The names of the Kubernetes providers the stack's state holds."""
+        resources = self.export_state(stack)["deployment"]["resources"]
+        return [resource_name(r["urn"]) for r in resources if r["type"] == "pulumi:providers:kubernetes"]
+
     def stack_outputs(self, stack: str) -> Result:
         return self.run("stack", "output", "--stack", stack, "--json")
 

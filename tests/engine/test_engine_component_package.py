@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import tomllib
 
 import infra_harness as harness
 from ddp_infra import package
 from ddp_infra.components import training_world
+from package_install import VERSION
 from pulumi_project import REPO, PulumiProject
 
 PLUGIN = REPO / "provider" / "pulumi-resource-ddp-infra"
@@ -23,8 +23,7 @@ def test_the_package_schema_names_every_argument_and_output_with_its_description
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     schema = json.loads(done.stdout)
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    assert (schema["name"], schema["version"]) == ("ddp-infra", version)
+    assert (schema["name"], schema["version"]) == ("ddp-infra", VERSION)
     world = schema["resources"][training_world.WORLD_TYPE]
     assert world["isComponent"] and world["description"]
     inputs, outputs = world["inputProperties"], world["properties"]
