@@ -59,6 +59,7 @@ RESOURCES = {
     "Job": Resource("batch", "jobs"),
     "JobSet": Resource("jobset.x-k8s.io", "jobsets"),
     "PodGroup": Resource("scheduling.volcano.sh", "podgroups"),
+    "Workload": Resource("scheduling.k8s.io", "workloads"),
 }
 
 
@@ -78,6 +79,8 @@ def registered_kinds(world: World, template: dict[str, Any]) -> list[str]:
         kinds.append("Deployment")
     if gang.uses(world, "volcano"):
         kinds.append("PodGroup")
+    if gang.writes_workload(world):
+        kinds.append("Workload")
     return kinds + [workload_manifest(world, template)["kind"]]
 
 

@@ -11,16 +11,23 @@ while the rest waits for capacity, and two such worlds can hold each other's hal
 - **Volcano** schedules pods named by a PodGroup: its scheduler binds `minMember` of them
   together, or none. The pods ask for Volcano's scheduler and name the group; the group asks for
   the world's whole resources, so that Volcano enqueues it only when its queue can hold it.
-- The **Kubernetes scheduler** (1.36, alpha: the Workload API) binds the pods of a PodGroup with a
-  gang policy all at once, or none. The Job controller makes that PodGroup itself (its
-  `WorkloadWithJob` integration) for an Indexed Job whose parallelism equals its completions and is
-  above 1: a Workload and a PodGroup of `minCount` = the world's pods, and each pod's
-  `spec.schedulingGroup` naming it. The stack writes nothing for it: the Job (or a JobSet's Job) is
-  that kind of Job. It does not write a PodGroup of its own: the pinned Kubernetes provider drops a
-  pod template's `schedulingGroup` (it normalizes a Job through the Kubernetes 1.33 types it was
-  built with; seen on the local cluster). So a StatefulSet, an elastic world and spare pods are
-  refused with this scheduler: their Job would be no such Job, or its gang would be every pod up to
-  the maximum.
+- The **Kubernetes scheduler** binds the pods of a PodGroup with a gang policy all at once, or
+  none: the Workload API, which `pulumi preview` asks the cluster for (ddp_infra/cluster_apis.py),
+  and which the stack writes as the cluster serves it.
+  - `scheduling.k8s.io/v1beta1` (Kubernetes 1.37): the stack writes a Workload of one PodGroup
+    template, gang of `minCount` = the world's minimum (an elastic world's MIN; spares outside it),
+    and hands its PodGroup to the Job controller (`WorkloadWithJob`): the Job names the template
+    (`scheduling.k8s.io/group-template-name`) and is controlled by the object the Workload's
+    `controllerRef` names, the Workload itself for a Job, the JobSet for a JobSet's Job. The Job
+    controller then makes the PodGroup and puts each pod in it. The Job does not carry the gang
+    itself (1.37's `spec.scheduling`), nor its pods a `schedulingGroup`: the pinned Kubernetes
+    provider drops both (it normalizes a Job through the Kubernetes 1.33 types it was built with).
+    Once the gang is bound, pods past MIN are bound as they fit: the world grows.
+  - `scheduling.k8s.io/v1alpha2` (1.36): the Job controller makes the PodGroup itself of an
+    Indexed Job whose parallelism equals its completions and is above 1, of every pod; the stack
+    writes nothing for it, and an elastic world or spare pods are refused (their gang would be
+    every pod up to the maximum).
+  A StatefulSet is refused with this scheduler: no controller makes its pods a PodGroup.
 - An **elastic** world (`nodes: MIN:MAX`) is admitted from its minimum: Volcano's `minMember` is
   MIN, and Kueue may admit an elastic Job partly (its partial admission: as many pods as the
   quota holds, at least MIN, Kueue lowering the Job's parallelism to that). A Job's spare pods
@@ -43,6 +50,7 @@ from typing import Any
 from trainer import contract
 
 from .config import parse_quantity
+from .names import JOBSET_API_VERSION, WORKLOAD_API_BETA
 from .world import World
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -59,8 +67,11 @@ KUEUE_SLICE_SIZE_ANNOTATION = "kueue.x-k8s.io/podset-slice-size"
 VOLCANO_SCHEDULER = "volcano"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 POD_GROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
-# The Kubernetes scheduler's own gang scheduling: the Workload API, alpha in Kubernetes 1.36.
-WORKLOAD_API_VERSION = "scheduling.k8s.io/v1alpha2"
+# A Job's annotation that hands the PodGroup of a Workload's template to the Job controller.
+GROUP_TEMPLATE_ANNOTATION = "scheduling.k8s.io/group-template-name"
+GROUP_TEMPLATE_NAME = "world"
+# How the program says what the world's scheduler will do with it (admission), at preview and up.
+ADMISSION_PREFIX = "admission: "
 BYTE_RESOURCES = ("memory", "ephemeral-storage")
 
 
@@ -115,6 +126,38 @@ def pod_scheduling(world: World) -> tuple[dict[str, Any], dict[str, str]]:
     return {}, annotations
 
 
+def writes_workload(world: World) -> bool:
+    """Whether the stack writes the Workload of the Kubernetes scheduler's gang (v1beta1)."""
+    return uses(world, "kubernetes") and world.workload_api == WORKLOAD_API_BETA
+
+
+def workload_api_manifest(world: World) -> dict[str, Any]:
+    """The Workload of the world's gang: one PodGroup template of `minCount` = the world's minimum,
+    controlled by what controls the world's Job (the Workload itself, or the JobSet)."""
+    if world.workload_kind == contract.JOBSET:
+        controller = {"apiGroup": JOBSET_API_VERSION.split("/")[0], "kind": "JobSet", "name": world.workload_name}
+    else:
+        controller = {"apiGroup": WORKLOAD_API_BETA.split("/")[0], "kind": "Workload", "name": world.pod_group_name}
+    template = {"name": GROUP_TEMPLATE_NAME, "schedulingPolicy": {"gang": {"minCount": world.min_nodes}}}
+    return {"apiVersion": WORKLOAD_API_BETA, "kind": "Workload", "metadata": _group_metadata(world),
+            "spec": {"controllerRef": controller, "podGroupTemplates": [template]}}  # fmt: skip
+
+
+def job_annotations(world: World) -> dict[str, str]:
+    """The world's Job's annotation that has the Job controller make the PodGroup of the Workload's template."""
+    return {GROUP_TEMPLATE_ANNOTATION: GROUP_TEMPLATE_NAME} if writes_workload(world) else {}
+
+
+def workload_controls_job(world: World) -> bool:
+    """Whether the world's Job is controlled by its gang's Workload (a JobSet's Job is the JobSet's)."""
+    return writes_workload(world) and world.workload_kind == contract.INDEXED_JOB
+
+
+def workload_owner(world: World, uid: str) -> list[dict[str, Any]]:
+    """The ownerReferences of a Job that the Workload of uid `uid` controls."""
+    return [{"apiVersion": WORKLOAD_API_BETA, "kind": "Workload", "name": world.pod_group_name, "uid": uid, "controller": True}]
+
+
 def pod_group_manifest(world: World, pod_template: dict[str, Any]) -> dict[str, Any]:
     """Volcano's PodGroup of the world: all `nodes` pods or none, asking for all their requests (an
     elastic world: at least its minimum)."""
@@ -127,10 +170,14 @@ def pod_group_manifest(world: World, pod_template: dict[str, Any]) -> dict[str, 
         spec["queue"] = scheduling.gang.queue
     if scheduling.priority_class_name:
         spec["priorityClassName"] = scheduling.priority_class_name
+    return {"apiVersion": POD_GROUP_API_VERSION, "kind": "PodGroup", "metadata": _group_metadata(world), "spec": spec}
+
+
+def _group_metadata(world: World) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": world.pod_group_name, "namespace": world.namespace, "labels": world.labels("gang")}
     if world.extra_annotations:
         metadata["annotations"] = dict(world.extra_annotations)
-    return {"apiVersion": POD_GROUP_API_VERSION, "kind": "PodGroup", "metadata": metadata, "spec": spec}
+    return metadata
 
 
 def pod_requests(pod_template: dict[str, Any]) -> dict[str, Decimal]:
@@ -171,3 +218,36 @@ def quantity_text(amount: Decimal) -> str:
     if amount == amount.to_integral_value():
         return str(int(amount))
     return f"{int((amount * 1000).to_integral_value(rounding=ROUND_CEILING))}m"
+
+
+def admission(world: World) -> str:
+    """What the world's scheduler will do with it, as the preview says it: how many pods start
+    together, whether it grows after, and what a lost pod costs."""
+    n, least, spares = world.nnodes, world.min_nodes, world.spare_pods
+    spare_text = f" (and its {spares} spare pod(s))" if spares else ""
+    scheduler = world.config.scheduling.gang.scheduler
+    if scheduler == "kueue":
+        queue = world.config.scheduling.gang.queue
+        if world.workload_kind == contract.JOBSET or not world.forms_from_any_pods:
+            started = f"Kueue admits it whole against LocalQueue {queue}'s quota: its {world.pods} pods at once, or none"
+        else:
+            started = (f"Kueue admits it against LocalQueue {queue}'s quota with as many of its {world.pods} pods as the quota "
+                       f"holds, at least {least}, or none, and keeps that size")  # fmt: skip
+    elif scheduler == "volcano":
+        started = f"Volcano binds at least {least} of its {world.pods} pods together (minMember), or none"
+    elif scheduler == "kubernetes":
+        binder = f"the Kubernetes scheduler ({world.workload_api}) binds"
+        if world.forms_from_any_pods and world.workload_api == WORKLOAD_API_BETA:
+            started = f"{binder} {least} pods together, or none; the rest{spare_text} as room appears"
+        else:
+            started = f"{binder} its {world.pods} pods together, or none"
+    else:
+        started = f"its pods are scheduled one by one; it trains once {least} of them run"
+    shape = f"admitted at {least}, growing to {n}" if world.elastic else f"a world of {n}"
+    if spares:
+        lost = "a lost pod: a spare takes its place, and the world resumes from its last checkpoint"
+    elif world.elastic:
+        lost = f"a lost pod: the world goes on without it, at no fewer than {least}, from its last checkpoint, and grows back once it is replaced"
+    else:
+        lost = "a lost pod: the world waits for its replacement and resumes from its last checkpoint"
+    return f"{shape}: {started}; {lost}"

@@ -10,6 +10,10 @@ from __future__ import annotations
 from trainer import contract
 
 PROJECT = "ddp-infra"  # the Pulumi project, and the namespace of its config keys
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"  # the JobSet controller's API (`workload.kind: jobset`)
+# The Workload API, the Kubernetes scheduler's gang (`scheduling.gang.scheduler: kubernetes`).
+WORKLOAD_API_BETA = "scheduling.k8s.io/v1beta1"  # Kubernetes 1.37
+WORKLOAD_API_ALPHA = "scheduling.k8s.io/v1alpha2"  # Kubernetes 1.36
 
 # --- the trainer pod ----------------------------------------------------------------------------
 CONTAINER_NAME = "trainer"

@@ -56,6 +56,8 @@ class DdpTrainingWorld(training_world.DdpTrainingWorld):
     """Processes per pod."""
     world_size: pulumi.Output[Any]
     """Processes in the world: a number, or MIN:MAX."""
+    admission: pulumi.Output[str]
+    """What the world's scheduler will do with it (admitted whole at N, or at MIN growing to MAX) and what a lost pod costs."""
     run_name: pulumi.Output[str]
     """The run's name: its directory on the outputs claim."""
     kubectl_watch_pods: pulumi.Output[str]

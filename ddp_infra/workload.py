@@ -11,7 +11,7 @@ from typing import Any
 from trainer import contract
 
 from . import gang
-from .names import CONTAINER_NAME, WAIT_FOR_ANNOTATION
+from .names import CONTAINER_NAME, JOBSET_API_VERSION, WAIT_FOR_ANNOTATION
 from .world import World
 
 # What the provider waits for: the controller has taken the workload (`up` then waits for the world
@@ -26,11 +26,12 @@ ACCEPTED = {
 # may take hours: `up` waits for what its controller writes to a suspended one.
 # (A JobSet's controller writes its Jobs' status while they are suspended too.)
 ACCEPTED_SUSPENDED = {contract.INDEXED_JOB: "jsonpath={.status.conditions}", contract.JOBSET: ACCEPTED[contract.JOBSET]}
-JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 
 
 def workload_metadata(world: World) -> dict[str, Any]:
     annotations = {**world.extra_annotations, **gang.workload_annotations(world)}
+    if world.workload_kind == contract.INDEXED_JOB:
+        annotations |= gang.job_annotations(world)
     accepted = ACCEPTED_SUSPENDED if gang.starts_suspended(world) else ACCEPTED
     annotations[WAIT_FOR_ANNOTATION] = accepted[world.workload_kind]
     metadata: dict[str, Any] = {
@@ -123,7 +124,7 @@ def jobset_manifest(world: World, template: dict[str, Any]) -> dict[str, Any]:
                 "name": job,
                 "replicas": 1,
                 "template": {
-                    "metadata": {"labels": world.labels(CONTAINER_NAME)},
+                    "metadata": {"labels": world.labels(CONTAINER_NAME), **_annotations(gang.job_annotations(world))},
                     "spec": _pods_replaced_one_by_one(world, template) if world.forms_from_any_pods else {
                         **_indexed(world),
                         "backoffLimit": 0,
@@ -144,6 +145,10 @@ def jobset_manifest(world: World, template: dict[str, Any]) -> dict[str, Any]:
             **_suspended(world),
         },
     }  # fmt: skip
+
+
+def _annotations(annotations: dict[str, str]) -> dict[str, Any]:
+    return {"annotations": annotations} if annotations else {}
 
 
 def _exit_codes(code: int) -> dict[str, Any]:

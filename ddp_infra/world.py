@@ -13,7 +13,7 @@ from typing import Optional
 from trainer import contract
 
 from .config import StackConfig, parse_quantity
-from .names import APP_NAME, CONTAINER_NAME, OWNERSHIP_LABELS
+from .names import APP_NAME, CONTAINER_NAME, OWNERSHIP_LABELS, WORKLOAD_API_BETA
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,11 @@ class World:
     has_hf_token: bool
     extra_labels: dict[str, str] = field(default_factory=dict)
     extra_annotations: dict[str, str] = field(default_factory=dict)
+    # the Workload API version the cluster serves (ddp_infra/cluster_apis.py): the newest where not asked
+    workload_api: str = WORKLOAD_API_BETA
 
     @classmethod
-    def from_config(cls, config: StackConfig, project: str, stack: str) -> "World":
+    def from_config(cls, config: StackConfig, project: str, stack: str, workload_api: Optional[str] = None) -> "World":
         return cls(
             config=config,
             project=project,
@@ -54,6 +56,7 @@ class World:
             has_hf_token=config.hf_token is not None,
             extra_labels=dict(config.labels),
             extra_annotations=dict(config.annotations),
+            workload_api=workload_api or WORKLOAD_API_BETA,
         )
 
     # --- shape ---------------------------------------------------------------------------------

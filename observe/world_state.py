@@ -15,6 +15,8 @@ from .kubectl import Kubectl
 KUEUE_WORKLOADS = "workloads.kueue.x-k8s.io"
 VOLCANO_POD_GROUPS = "podgroups.scheduling.volcano.sh"
 KUBERNETES_POD_GROUPS = "podgroups.scheduling.k8s.io"  # the Workload API's, made by the Job controller
+# Its condition that says whether the scheduler placed the gang: 1.37's (v1beta1), 1.36's (v1alpha2).
+POD_GROUP_SCHEDULED = ("PodGroupInitiallyScheduled", "PodGroupScheduled")
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 
 TRAINER_CONTAINER = "trainer"
@@ -178,7 +180,7 @@ def _describe(condition: dict[str, Any]) -> str:
 def kubernetes_pod_group_reason(group: dict[str, Any]) -> Optional[str]:
     """The Kubernetes scheduler's word on a PodGroup it could not place whole."""
     for condition in group.get("status", {}).get("conditions") or []:
-        if condition["type"] == "PodGroupScheduled" and condition["status"] == "False":
+        if condition["type"] in POD_GROUP_SCHEDULED and condition["status"] == "False":
             return f"the Kubernetes scheduler holds PodGroup {group['metadata']['name']} ({_describe(condition)})"
     return None
 

@@ -7,10 +7,11 @@
 
 The comment starts with a hidden marker line, `<!-- ddp-infra-preview:<stack> -->`, by which the
 CI workflow finds and updates its own comment for the stack. Then come the counts of the preview's
-operations (the engine's `changeSummary`), a warning when anything would be replaced or deleted,
-louder for a PersistentVolumeClaim or a Namespace (that loses data), protected or not, and the
-changes themselves, one resource per step with the properties that change, folded when long and
-cut to fit GitHub's comment limit.
+operations (the engine's `changeSummary`), what each world's scheduler will do with it (the
+program's `admission:` line: admitted whole at N, or at MIN growing to MAX, and what a lost pod
+costs), a warning when anything would be replaced or deleted, louder for a PersistentVolumeClaim or a
+Namespace (that loses data), protected or not, and the changes themselves, one resource per step
+with the properties that change, folded when long and cut to fit GitHub's comment limit.
 
 Everything comes from the engine's steps as data (op, urn, old and new state, detailedDiff), not
 from the text the CLI prints, so a protected resource's lock sign or a new column in the CLI's
@@ -52,6 +53,7 @@ NAMESPACE_TYPE = "kubernetes:core/v1:Namespace"
 # Deleting these loses data: a claim its volume, a namespace every claim in it.
 DATA_TYPES = (PVC_TYPE, NAMESPACE_TYPE)
 ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+ADMISSION_PREFIX = "admission: "  # how the program says what a world's scheduler will do (ddp_infra.gang.admission)
 # How a step and a property change are written, as the CLI writes them, and the first-column mark
 # GitHub colours in a ```diff block: + green, - red, ! orange.
 OP_SYMBOLS = {
@@ -103,6 +105,7 @@ class Preview:
     changes: dict[str, int] = field(default_factory=dict)  # operation -> number of resources
     destroyed: list[Destroyed] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    admissions: list[str] = field(default_factory=list)  # each world's `admission:` line
 
     @property
     def failed(self) -> bool:
@@ -130,6 +133,10 @@ def parse_preview(stack: str, returncode: int, stdout: str, stderr: str = "") ->
         return Preview(stack, returncode or 1, stdout, errors=[f"`pulumi preview --json` printed no JSON ({error})", stderr.strip()])
     preview = Preview(stack, returncode, "")
     preview.changes = {op: count for op, count in (digest.get("changeSummary") or {}).items() if count}
+    preview.admissions = [
+        diagnostic["message"].strip() for diagnostic in digest.get("diagnostics") or []
+        if diagnostic.get("severity") == "info" and diagnostic["message"].startswith(ADMISSION_PREFIX)
+    ]  # fmt: skip
     steps = [step for step in digest.get("steps") or [] if _shown(step)]
     preview.output = "\n".join(line for step in steps for line in _step_lines(step))
     # A component holds nothing: its delete is its children's, which are listed themselves.
@@ -306,6 +313,7 @@ def render_markdown(preview: Preview, fold_lines: int = DEFAULT_FOLD_LINES, limi
         head += [f"**:x: The preview failed (exit status {preview.returncode}).**", "", _fence(errors, "text"), ""]
     else:
         head += [summary_line(preview.changes), ""]
+        head += [f"**Admission**: {line.removeprefix(ADMISSION_PREFIX)}" for line in preview.admissions] + ([""] if preview.admissions else [])
     if warnings := warning_lines(preview.destroyed):
         head += warnings + [""]
     diff = preview.output.rstrip()

@@ -24,8 +24,8 @@ CONTROLLERS_CLUSTER_FILES = (
     "test_cluster_disruption.py", "test_cluster_elastic_jobset.py", "test_cluster_faults.py", "test_cluster_fit.py", "test_cluster_hang_watch.py", "test_cluster_jobset.py", "test_cluster_kueue.py",
     "test_cluster_volcano.py", "test_cluster_waiting.py",
 )  # fmt: skip
-# ...and those on the cluster whose control plane runs the alpha Workload API (`workload_api_cluster`),
-# which changes how every Job is scheduled there.
+# ...and those on the cluster whose control plane runs the Workload API and its gang scheduling
+# (`workload_api_cluster`), off by default on a cluster.
 WORKLOAD_API_CLUSTER_FILES = ("test_cluster_workload_api.py",)
 # ...and those on the cluster of three nodes (`nodes_cluster`): the world across nodes, a lost pod or node.
 # Handed out after the Workload API's cluster (pause pods only): started beside the test and

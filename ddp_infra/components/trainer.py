@@ -1,6 +1,7 @@
 """The training workload: an Indexed Job (the default), a StatefulSet (`workload.kind: statefulset`),
 or a JobSet of one Indexed Job (`workload.kind: jobset`, on clusters with the JobSet controller),
-and with Volcano's gang admission the PodGroup of its pods (ddp_infra/gang.py).
+and with a gang scheduler's admission the object that groups its pods: Volcano's PodGroup, or the
+Workload of the Kubernetes scheduler's gang, which controls the world's Job (ddp_infra/gang.py).
 
 A changed workload is replaced whole. Any spec change (`nodes`, the image, the run's args) deletes
 the old workload, waits until its pods are gone (the provider's foreground delete: every pod gets
@@ -28,7 +29,8 @@ import pulumi
 from trainer import contract
 
 from .. import gang
-from ..workload import JOBSET_API_VERSION, workload_manifest
+from ..names import JOBSET_API_VERSION
+from ..workload import workload_manifest
 from ..world import World
 from .base import Component
 from .kubernetes_object import KubernetesObject, type_token
@@ -43,21 +45,29 @@ class TrainerArgs:
 class Trainer(Component):
     def __init__(self, name: str, args: TrainerArgs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("Trainer", name, opts)
-        # Volcano's group of the world's pods, there before the first of them.
-        self.pod_group = (
-            KubernetesObject(f"{name}-pod-group", gang.pod_group_manifest(args.world, args.pod_template), opts=self.child())
-            if gang.uses(args.world, "volcano")
-            else None
-        )
-        other_types = [token for kind, token in TYPES.items() if kind != args.world.workload_kind]
+        world = args.world
+        # The group of the world's pods, there before the first of them.
+        self.pod_group = None
+        if gang.uses(world, "volcano"):
+            self.pod_group = KubernetesObject(f"{name}-pod-group", gang.pod_group_manifest(world, args.pod_template), opts=self.child())
+        elif gang.writes_workload(world):
+            # Only its gang's minCount may change in place; what controls it (a Job or a JobSet) may not.
+            gang_options = self.child(delete_before_replace=True, replace_on_changes=["spec.controllerRef"])
+            self.pod_group = KubernetesObject(f"{name}-gang-workload", gang.workload_api_manifest(world), opts=gang_options)
+        other_types = [token for kind, token in TYPES.items() if kind != world.workload_kind]
         workload_options = self.child(
             *([self.pod_group] if self.pod_group else []),
             delete_before_replace=True,
-            replace_on_changes=["spec"],
+            # A Job joins a gang only as a new Job (the Job controller makes the PodGroup of a Job
+            # that never started): one that joins or leaves its gang's Workload is replaced too.
+            replace_on_changes=["spec", "metadata.ownerReferences"],
             # The workload as another kind is this same resource: a kind switch is a replace too.
             aliases=[pulumi.Alias(type_=other) for other in other_types],
         )
-        self.workload = KubernetesObject(name, workload_manifest(args.world, args.pod_template), opts=workload_options)
+        manifest = workload_manifest(world, args.pod_template)
+        if self.pod_group is not None and gang.workload_controls_job(world):
+            manifest["metadata"]["ownerReferences"] = self.pod_group.metadata.apply(lambda meta: gang.workload_owner(world, meta["uid"]))
+        self.workload = KubernetesObject(name, manifest, opts=workload_options)
         self.register_outputs({"name": self.workload.metadata["name"]})
 
 

@@ -20,6 +20,8 @@ import pulumi
 from pydantic import TypeAdapter, ValidationError
 
 from .. import config as stack_config
+from .. import gang
+from ..gang import ADMISSION_PREFIX
 from ..access import require_access
 from ..claim_changes import CLAIMS_OUTPUT, recorded_claims, refuse_claim_changes
 from ..cluster_apis import require_cluster_apis
@@ -184,6 +186,7 @@ class DdpTrainingWorld(Component):
             "nodes": world.nnodes if not world.elastic else world.nnodes_text,
             "procsPerNode": world.nproc_per_node,
             "worldSize": world.world_size if not world.elastic else world.world_size_text,
+            "admission": gang.admission(world),  # what the scheduler will do with the world, said at preview
             "runName": world.run_name,
             "kubectlWatchPods": world.kubectl_watch_pods(context),
             "kubectlFollowRank0": world.kubectl_follow_rank0(context),
@@ -195,6 +198,8 @@ class DdpTrainingWorld(Component):
             WORLD_STATE_OUTPUT: world_state(world, self.trainer.workload, last, self, state_output),
         })
         self.register_outputs(self.outputs)
+        # said in the preview's diagnostics, and so in the pull request's comment (scripts/preview_diff.py)
+        pulumi.log.info(f"{ADMISSION_PREFIX}{self.outputs['admission']}", self)
 
     def export(self) -> None:
         """Export every output of the world as a stack output, under `outputs_prefix`: the next run
@@ -270,8 +275,8 @@ def checked_world(config: StackConfig) -> tuple[World, dict[str, Any]]:
     """The world of a config and its pod template, once the cluster answers, serves the APIs the world
     needs, lets the caller make it and has room for it: refused before anything is registered."""
     require_reachable_cluster(config.kubernetes, pulumi.get_stack())
-    require_cluster_apis(config)
-    world = World.from_config(config, pulumi.get_project(), pulumi.get_stack())
+    workload_api = require_cluster_apis(config)
+    world = World.from_config(config, pulumi.get_project(), pulumi.get_stack(), workload_api)
     template = pod_template(world)  # the one the fit check counts is the one the world runs
     require_access(world, template)
     require_world_fits(world, template)

@@ -123,23 +123,15 @@ def _topology_slices_divide_the_pods(valid: dict[str, Any]) -> list[Problem]:
     return []
 
 
-@_on_valid("workload", "nodes", "scheduling")
-def _kubernetes_gang_is_one_job_of_every_pod(valid: dict[str, Any]) -> list[Problem]:
-    """What the Kubernetes scheduler's gang needs: a Job whose controller makes it a PodGroup, one
-    of all its pods (ddp_infra/gang.py)."""
-    if valid["scheduling"].gang.scheduler != "kubernetes":
+@_on_valid("workload", "scheduling")
+def _kubernetes_gang_is_a_job(valid: dict[str, Any]) -> list[Problem]:
+    """The Kubernetes scheduler's gang is the PodGroup the Job controller makes (ddp_infra/gang.py):
+    no controller makes a StatefulSet's pods one. (What else it cannot gang depends on the version
+    of the Workload API the cluster serves: ddp_infra/cluster_apis.py.)"""
+    if valid["scheduling"].gang.scheduler != "kubernetes" or valid["workload"].kind != contract.STATEFULSET:
         return []
-    workload, scheduler = valid["workload"], full_key(["scheduling", "gang", "scheduler"])
-    why_not = []
-    if workload.kind == contract.STATEFULSET:
-        why_not.append("workload.kind statefulset (the Job controller makes the PodGroup: set workload.kind to job or jobset)")
-    if valid["nodes"].elastic:
-        why_not.append(f"an elastic world, nodes {valid['nodes']} (the Job controller's PodGroup asks for every pod, MAX, at once; "
-                       "kueue and volcano admit MIN)")  # fmt: skip
-    if workload.spare_pods:
-        why_not.append(f"workload.sparePods {workload.spare_pods} (the Job controller's PodGroup would hold the world back "
-                       "until its spares fit too)")  # fmt: skip
-    return [Problem(scheduler, repr("kubernetes"), f"none, kueue or volcano with {reason}") for reason in why_not]
+    reason = "workload.kind statefulset (the Job controller makes the PodGroup: set workload.kind to job or jobset)"
+    return [Problem(full_key(["scheduling", "gang", "scheduler"]), repr("kubernetes"), f"none, kueue or volcano with {reason}")]
 
 
 _RENDEZVOUS_APART = "rendezvous.backend c10d with store own-pod (the defaults), or etcd-v2"
@@ -272,7 +264,7 @@ CROSS_KEY_RULES: tuple[Rule, ...] = (
     _jobset_pod_names_are_dns_labels,
     _kueue_admits_jobs,
     _topology_slices_divide_the_pods,
-    _kubernetes_gang_is_one_job_of_every_pod,
+    _kubernetes_gang_is_a_job,
     _elastic_world_forms_from_any_pods,
     _liveness_has_a_port_of_its_own,
     _spare_pods_take_any_pods_place,

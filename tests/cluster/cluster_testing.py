@@ -247,11 +247,11 @@ def free_cpu_millis(cluster: LocalCluster) -> int:
     return int(free)
 
 
-def place_placeholder(cluster: LocalCluster, cpu_millis: int) -> None:
+def place_placeholder(cluster: LocalCluster, cpu_millis: int, name: str = PLACEHOLDER) -> None:
     """A pod that does nothing but hold `cpu_millis` of the node's CPU from the world."""
     pod = {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": PLACEHOLDER, "namespace": PLACEHOLDER_NAMESPACE},
+        "metadata": {"name": name, "namespace": PLACEHOLDER_NAMESPACE},
         "spec": {
             "terminationGracePeriodSeconds": 0,
             "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -265,12 +265,12 @@ def place_placeholder(cluster: LocalCluster, cpu_millis: int) -> None:
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
 
 
-def remove_placeholder(cluster: LocalCluster) -> None:
-    cluster.kubectl("delete", "pod", PLACEHOLDER, "-n", PLACEHOLDER_NAMESPACE, "--ignore-not-found", "--grace-period=0", "--force")
+def remove_placeholder(cluster: LocalCluster, name: str = PLACEHOLDER) -> None:
+    cluster.kubectl("delete", "pod", name, "-n", PLACEHOLDER_NAMESPACE, "--ignore-not-found", "--grace-period=0", "--force")
 
 
-def placeholder_phase(cluster: LocalCluster) -> str | None:
-    return pods(cluster, PLACEHOLDER_NAMESPACE).get(PLACEHOLDER, {}).get("status", {}).get("phase")
+def placeholder_phase(cluster: LocalCluster, name: str = PLACEHOLDER) -> str | None:
+    return pods(cluster, PLACEHOLDER_NAMESPACE).get(name, {}).get("status", {}).get("phase")
 
 
 def pods(cluster: LocalCluster, namespace: str, store: bool = False) -> dict[str, dict[str, Any]]:

@@ -176,10 +176,9 @@ def nodes_pause_stack(nodes_cluster, tmp_path):
 
 @pytest.fixture(scope="module")
 def workload_api_cluster():
-    """A cluster whose control plane runs the alpha Workload API and its gang scheduling, with the
-    JobSet controller, and the pause image only: the Job controller gangs every Indexed Job there
-    whose parallelism equals its completions, so the other journeys run elsewhere. One module uses
-    it: it stops once that module's journeys end, and idles no control plane for the rest of the run."""
+    """A cluster whose control plane runs the Workload API and its gang scheduling, with the JobSet
+    controller, and the pause image only. One module uses it: it stops once that module's journeys
+    end, and idles no control plane for the rest of the run."""
     with _running(LocalCluster("workload-api", domain=TEST_DOMAIN, addons=available(("jobset",)), with_images=("pause",), workload_api=True)) as local:
         yield local
 

@@ -16,6 +16,7 @@ import pytest
 from preview_recordings import NEW_TOKEN, OLD_TOKEN
 from pulumi_project import changed_steps
 
+from ddp_infra import gang
 from ddp_infra.names import SECRETS_DIGEST_ANNOTATION
 from scripts import preview_diff
 
@@ -53,6 +54,11 @@ def test_scaling_replaces_the_job_and_updates_its_budget_with_the_values_that_ch
     assert re.search(r"^! ~ kubernetes:policy/v1:PodDisruptionBudget ddp-guardrails-pdb: \(update\)$", markdown, re.M), markdown
     assert re.search(r"^!\s+~ spec\.minAvailable: 1 => 63$", markdown, re.M), markdown
     assert "pulumi:pulumi:Stack" not in markdown, "the unchanged root stack is not listed"
+    # what the scheduler will do with the world of the change, said by the program at preview (ddp_infra.gang.admission)
+    said = "a world of 64: its pods are scheduled one by one; it trains once 64 of them run; a lost pod: the world waits"
+    assert preview.admissions and preview.admissions[0].startswith(preview_diff.ADMISSION_PREFIX + said), preview.admissions
+    assert markdown.split("```", 1)[0].count(f"**Admission**: {said}") == 1, markdown
+    assert preview_diff.ADMISSION_PREFIX == gang.ADMISSION_PREFIX
     assert "StackReference" not in markdown, "nor the read of the stack's last outputs"
 
 

@@ -85,7 +85,9 @@ def test_preview_of_prod_against_a_real_api_server(prod, api_server):
 
 def test_preview_with_the_kubernetes_gang_names_the_workload_api_a_cluster_lacks_and_plans_it_where_served(prod, api_server):
     """`scheduling.gang.scheduler: kubernetes`: refused at preview, naming what is missing, against an
-    API server without the Workload API; planned against the local cluster's, which serves it."""
+    API server without the Workload API; planned against the local cluster's, which serves it as
+    scheduling.k8s.io/v1beta1: the Workload of the world's gang among the creates, and the preview
+    saying what the scheduler will do."""
     with prod.stack_file_restored("prod"):
         prod.config_set("prod", "ddp-infra:scheduling.gang.scheduler", "kubernetes", path=True)
         with LocalApiServer(workload_api=False) as without:
@@ -100,11 +102,16 @@ def test_preview_with_the_kubernetes_gang_names_the_workload_api_a_cluster_lacks
         finally:
             prod.kubeconfig.unlink()
     assert refused.returncode != 0, refused.describe()
-    assert "the cluster does not serve scheduling.k8s.io/v1alpha2 workloads, podgroups" in refused.output, refused.output
-    assert "GenericWorkload" in refused.output and "--runtime-config=scheduling.k8s.io/v1alpha2=true" in refused.output
+    lacks = "it lacks scheduling.k8s.io/v1beta1 workloads, podgroups; scheduling.k8s.io/v1alpha2 workloads, podgroups"
+    assert f"the cluster serves no version of the Workload API ({lacks})" in refused.output, refused.output
+    assert "GenericWorkload" in refused.output and "--runtime-config=scheduling.k8s.io/v1beta1=true" in refused.output
     assert "nothing was created" in refused.output and "Traceback" not in refused.output, refused.output
     assert result.returncode == 0, result.describe()
     _assert_plans_the_whole_stack(preview)
+    assert "kubernetes:scheduling.k8s.io/v1beta1:Workload" in [resource_type(step["urn"]) for step in changed_steps(preview)]
+    said = "a world of 8: the Kubernetes scheduler (scheduling.k8s.io/v1beta1) binds its 8 pods together, or none"
+    stack = next(step for step in preview["steps"] if resource_type(step["urn"]) == "pulumi:pulumi:Stack")
+    assert stack["newState"]["outputs"]["admission"].startswith(said), stack
 
 
 def _grant(api: LocalApiServer, user: str, resources: dict[str, list[str]]) -> None:

@@ -91,8 +91,9 @@ class RecordingMonitor(mocks.MockMonitor):
 
 
 class EchoMocks(pulumi.runtime.Mocks):
-    """Each resource's outputs are its inputs; a StackReference to the stack reads `previous_outputs`,
-    the outputs of the stack's last deployment (none: a stack never deployed)."""
+    """Each resource's outputs are its inputs, an object's metadata with a uid; a StackReference to
+    the stack reads `previous_outputs`, the outputs of the stack's last deployment (none: a stack
+    never deployed)."""
 
     def __init__(self, previous_outputs: Optional[dict[str, Any]] = None):
         self.previous_outputs = previous_outputs or {}
@@ -100,7 +101,10 @@ class EchoMocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         if args.typ == "pulumi:pulumi:StackReference":
             return f"{args.name}-id", {**args.inputs, "outputs": self.previous_outputs, "secretOutputNames": []}
-        return f"{args.name}-id", args.inputs
+        outputs = args.inputs
+        if isinstance(outputs.get("metadata"), dict):
+            outputs = {**outputs, "metadata": {**outputs["metadata"], "uid": f"{args.name}-uid"}}
+        return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         return {}

@@ -191,10 +191,6 @@ MALFORMED = [
     # the Kubernetes scheduler's gang is the one the Job controller makes of all the Job's pods
     ("kubernetes-gang-with-a-statefulset", {"scheduling.gang.scheduler": "kubernetes", "workload.kind": "statefulset"},
      "ddp-infra:scheduling.gang.scheduler", "'kubernetes'"),
-    ("kubernetes-gang-with-an-elastic-world", {"scheduling.gang.scheduler": "kubernetes", "nodes": "2:4", "workload.kind": "job"},
-     "ddp-infra:scheduling.gang.scheduler", "'kubernetes'"),
-    ("kubernetes-gang-with-spares", {"scheduling.gang.scheduler": "kubernetes", "workload.sparePods": 1, "workload.kind": "jobset"},
-     "ddp-infra:scheduling.gang.scheduler", "'kubernetes'"),
     ("workload-priority-with-volcano", {"scheduling.gang.scheduler": "volcano", "scheduling.gang.workloadPriorityClass": "high"},
      "ddp-infra:scheduling.gang.workloadPriorityClass", "'high'"),
     # What the API server or the kubelet would refuse (or, for a fraction of a byte, calls invalid)

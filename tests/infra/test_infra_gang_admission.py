@@ -14,12 +14,16 @@ import pulumi
 import pytest
 
 import infra_harness as harness
+from ddp_infra import config as stack_config
 from ddp_infra import gang
-from ddp_infra.names import GPU_RESOURCE
-from ddp_infra.workload import ACCEPTED
+from ddp_infra.names import GPU_RESOURCE, WORKLOAD_API_ALPHA, WORKLOAD_API_BETA
+from ddp_infra.pod import pod_template
+from ddp_infra.workload import ACCEPTED, workload_manifest
+from ddp_infra.world import World
 from trainer import contract
 
 POD_GROUP = f"kubernetes:{gang.POD_GROUP_API_VERSION}:PodGroup"
+GANG_WORKLOAD = f"kubernetes:{WORKLOAD_API_BETA}:Workload"
 KUEUE = {"scheduler": "kueue", "queue": "team-a"}
 VOLCANO = {"scheduler": "volcano", "queue": "research"}
 SHIPPER = {"name": "log-shipper", "image": "fluent/fluent-bit:3.2", "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}}
@@ -81,19 +85,52 @@ def test_without_gang_admission_nothing_of_kueue_or_volcano_is_written(kind):
     assert workload["metadata"]["annotations"]["pulumi.com/waitFor"] == ACCEPTED[kind]
 
 
+def the_job(workload: dict) -> dict:
+    """The Job of a workload manifest: itself, or a JobSet's one replicated Job's template."""
+    return workload if workload["kind"] == "Job" else workload["spec"]["replicatedJobs"][0]["template"]
+
+
 @pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
+@pytest.mark.parametrize("nodes, spares, min_count", [(64, 0, 64), ("48:64", 0, 48), (64, 2, 64)])
 @pulumi.runtime.test
-def test_with_the_kubernetes_scheduler_the_job_is_one_its_controller_makes_a_pod_group_of(kind):
-    """The Job controller's WorkloadWithJob makes a PodGroup of all a Job's pods when the Job is
-    Indexed, its parallelism equal to its completions and above 1 (test_cluster_workload_api.py);
-    the stack writes nothing else for this scheduler."""
-    evaluation = harness.evaluated_with("prod", workload__kind=kind, scheduling__gang={"scheduler": "kubernetes"}, nodes=64)
-    plain = harness.evaluated_with("prod", workload__kind=kind, scheduling__gang={"scheduler": "none"}, nodes=64)
+def test_with_the_kubernetes_scheduler_on_v1beta1_the_job_controller_is_handed_a_gang_of_the_world_s_minimum(kind, nodes, spares, min_count):
+    """Kubernetes 1.37 gangs only a Job that asks for it. The stack writes a Workload of one PodGroup
+    template, gang of the world's minimum (spares outside it), and the Job names the template and is
+    controlled by what the Workload's controllerRef names (test_cluster_workload_api.py sees the
+    Job controller make the PodGroup of it)."""
+    evaluation = harness.evaluated_with("prod", workload__kind=kind, workload__sparePods=spares, nodes=nodes,
+                                        scheduling__gang={"scheduler": "kubernetes"})  # fmt: skip
+    group = evaluation.one(GANG_WORKLOAD)
     workload = evaluation.workload.manifest
-    job = workload["spec"] if kind == contract.INDEXED_JOB else workload["spec"]["replicatedJobs"][0]["template"]["spec"]
-    assert (job["completionMode"], job["parallelism"], job["completions"]) == ("Indexed", 64, 64)
-    assert workload == plain.workload.manifest
-    assert sorted(r.type for r in evaluation.registered) == sorted(r.type for r in plain.registered)
+    controller = ({"apiGroup": "scheduling.k8s.io", "kind": "Workload", "name": group.manifest["metadata"]["name"]}
+                  if kind == contract.INDEXED_JOB else {"apiGroup": "jobset.x-k8s.io", "kind": "JobSet", "name": workload["metadata"]["name"]})  # fmt: skip
+    assert group.manifest["spec"] == {"controllerRef": controller,
+                                      "podGroupTemplates": [{"name": gang.GROUP_TEMPLATE_NAME, "schedulingPolicy": {"gang": {"minCount": min_count}}}]}  # fmt: skip
+    job = the_job(workload)
+    assert job["metadata"]["annotations"][gang.GROUP_TEMPLATE_ANNOTATION] == gang.GROUP_TEMPLATE_NAME
+    assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (64 + spares, 64 + spares)
+    assert group.urn in evaluation.workload.dependencies  # there before the Job's first pod
+    owners = workload["metadata"].get("ownerReferences")
+    if kind == contract.INDEXED_JOB:
+        assert owners == [{"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "Workload", "name": group.manifest["metadata"]["name"],
+                           "uid": f"{group.name}-uid", "controller": True}]  # fmt: skip
+    else:  # the JobSet's Job is the JobSet's
+        assert owners is None and gang.GROUP_TEMPLATE_ANNOTATION not in workload["metadata"].get("annotations", {})
+
+
+@pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
+def test_on_v1alpha2_the_stack_writes_nothing_for_the_kubernetes_scheduler(kind):
+    """Kubernetes 1.36's Job controller gangs every Indexed Job whose parallelism equals its
+    completions by itself: the world's workload is the one it would be without a gang."""
+    values = harness.stack_config_with("prod", workload__kind=kind, nodes=64, scheduling__gang={"scheduler": "kubernetes"})
+    config = stack_config.parse(values)
+    alpha = World.from_config(config, "ddp-infra", "prod", WORKLOAD_API_ALPHA)
+    plain = World.from_config(config.model_copy(update={"scheduling": config.scheduling.model_copy(
+        update={"gang": config.scheduling.gang.model_copy(update={"scheduler": "none"})})}), "ddp-infra", "prod")  # fmt: skip
+    assert not gang.writes_workload(alpha)
+    job = the_job(workload_manifest(alpha, pod_template(alpha)))
+    assert (job["spec"]["completionMode"], job["spec"]["parallelism"], job["spec"]["completions"]) == ("Indexed", 64, 64)
+    assert workload_manifest(alpha, pod_template(alpha)) == workload_manifest(plain, pod_template(plain))
 
 
 @pytest.mark.parametrize("kind", contract.WORKLOAD_KINDS)
@@ -143,3 +180,31 @@ def test_pod_requests_write_fractions_as_millis():
     assert gang.pod_requests(template) == {"cpu": Decimal("0.250"), "memory": Decimal(3 * 2**29)}
     assert gang.quantity_text(Decimal("0.250") * 3) == "750m"
     assert gang.quantity_text(Decimal("0.250") * 4) == "1"
+
+
+LOST_FIXED = "a lost pod: the world waits for its replacement and resumes from its last checkpoint"
+LOST_ELASTIC = "a lost pod: the world goes on without it, at no fewer than 2, from its last checkpoint, and grows back once it is replaced"
+LOST_SPARE = "a lost pod: a spare takes its place, and the world resumes from its last checkpoint"
+
+
+@pytest.mark.parametrize("changes, said", [
+    ({"scheduling__gang": {"scheduler": "none"}},
+     f"a world of 4: its pods are scheduled one by one; it trains once 4 of them run; {LOST_FIXED}"),
+    ({"scheduling__gang": {"scheduler": "kubernetes"}},
+     f"a world of 4: the Kubernetes scheduler (scheduling.k8s.io/v1beta1) binds its 4 pods together, or none; {LOST_FIXED}"),
+    ({"scheduling__gang": {"scheduler": "kubernetes"}, "nodes": "2:4"},
+     "admitted at 2, growing to 4: the Kubernetes scheduler (scheduling.k8s.io/v1beta1) binds 2 pods together, or none; "
+     f"the rest as room appears; {LOST_ELASTIC}"),
+    ({"scheduling__gang": VOLCANO, "workload__sparePods": 1},
+     f"a world of 4: Volcano binds at least 4 of its 5 pods together (minMember), or none; {LOST_SPARE}"),
+    ({"scheduling__gang": VOLCANO}, f"a world of 4: Volcano binds at least 4 of its 4 pods together (minMember), or none; {LOST_FIXED}"),
+    ({"scheduling__gang": KUEUE, "nodes": "2:4"},
+     "admitted at 2, growing to 4: Kueue admits it against LocalQueue team-a's quota with as many of its 4 pods as the quota "
+     f"holds, at least 2, or none, and keeps that size; {LOST_ELASTIC}"),
+    ({"scheduling__gang": KUEUE, "workload__sparePods": 1, "workload__kind": contract.JOBSET},
+     f"a world of 4: Kueue admits it whole against LocalQueue team-a's quota: its 5 pods at once, or none; {LOST_SPARE}"),
+])  # fmt: skip
+def test_the_preview_says_what_the_scheduler_will_do_with_the_world(changes, said):
+    """An output, so `pulumi preview` (and the pull request's comment) shows it before anything is made."""
+    evaluation = harness.evaluated_with("prod", **{"nodes": 4, "workload__kind": contract.INDEXED_JOB, **changes})
+    assert evaluation.outputs["admission"] == said

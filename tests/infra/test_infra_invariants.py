@@ -412,11 +412,13 @@ def test_a_changed_workload_is_replaced_whole_after_the_old_world_is_gone(kind):
 
     Rolling one pod at a time would mix pods of two shapes; creating first would put two worlds on
     one /out/<run>. The provider deletes in the foreground by default and waits for the delete
-    unless skipAwait is set, which the test above rules out.
+    unless skipAwait is set, which the test above rules out. A Job that joins or leaves the Workload
+    of the Kubernetes scheduler's gang (its owner) is replaced too: the Job controller gangs only a
+    Job that never started.
     """
     workload = evaluated("dev", 2, kind).workload
     assert workload.delete_before_replace is True
-    assert workload.replace_on_changes == ["spec"]
+    assert workload.replace_on_changes == ["spec", "metadata.ownerReferences"]
 
 
 @pulumi.runtime.test

@@ -13,10 +13,13 @@ from typing import Any, Iterable
 
 import pytest
 
-from infra_harness import evaluate, evaluated, evaluated_with, pod_template_of
+from infra_harness import evaluate, evaluated, evaluated_with, pod_template_of, stack_config_with
 from refusals import skip_if_refused_else_fail
 from waiting import wait_for
 from ddp_infra import cluster_apis, gang
+from ddp_infra import config as stack_config
+from ddp_infra.config import StackConfig
+from ddp_infra.names import WORKLOAD_API_ALPHA, WORKLOAD_API_BETA
 from toolchain.apiserver import LocalApiServer, find_tool, tool_dir
 from toolchain.addons.controller_addon import ControllerAddOn
 from toolchain.addons.jobset import JOBSET
@@ -250,13 +253,36 @@ def test_a_kueue_stacks_workload_is_admitted_suspended_beside_kueues_crds(api, w
     assert stored[0]["metadata"]["labels"][gang.KUEUE_QUEUE_LABEL] == "team-a"
 
 
-@pytest.mark.timeout(180)
-def test_the_workload_api_is_found_where_the_api_server_serves_it_and_named_where_it_does_not(api, monkeypatch):
+def kubernetes_gang(**changes: Any) -> StackConfig:
+    return stack_config.parse(stack_config_with("prod", scheduling__gang={"scheduler": "kubernetes"}, **changes))
+
+
+@pytest.mark.timeout(240)
+def test_the_world_is_written_for_the_workload_api_version_the_api_server_serves(api, monkeypatch):
+    """Kubernetes 1.37 serves scheduling.k8s.io/v1beta1, 1.36 (the release before, its API server
+    alone) v1alpha2, and an API server without the gates neither: refused with what each release
+    needs turned on. On v1alpha2 an elastic world or spares are refused (its Job controller's gang
+    is every pod); on v1beta1 they are the world's."""
+    # these configs name no cluster to render for; the program's other guard, Pulumi's mocks, is not
+    # this test's: a mocked test earlier in the same process leaves its monitor set
+    monkeypatch.setattr(cluster_apis, "needs_no_cluster", lambda kubernetes: False)
+    elastic, spares = kubernetes_gang(nodes="2:4"), kubernetes_gang(workload__sparePods=1)
     monkeypatch.setenv("KUBECONFIG", api.kubeconfig)
-    wanted = cluster_apis.WORKLOAD_API_RESOURCES
-    assert cluster_apis.missing_resources(wanted, cluster_apis.read_discovery(None, gang.WORKLOAD_API_VERSION)) == []
+    assert [cluster_apis.require_cluster_apis(config) for config in (kubernetes_gang(), elastic, spares)] == [WORKLOAD_API_BETA] * 3
+    with LocalApiServer(previous_release=True) as previous:
+        monkeypatch.setenv("KUBECONFIG", previous.kubeconfig)
+        assert cluster_apis.require_cluster_apis(kubernetes_gang()) == WORKLOAD_API_ALPHA
+        for config, what in ((elastic, "an elastic world, nodes 2:4"), (spares, "workload.sparePods 1")):
+            with pytest.raises(cluster_apis.ClusterLacksApi) as refused:
+                cluster_apis.require_cluster_apis(config)
+            assert f"scheduling.gang.scheduler kubernetes with {what} needs {WORKLOAD_API_BETA}" in str(refused.value)
+            assert f"this cluster serves {WORKLOAD_API_ALPHA}" in str(refused.value)
     with LocalApiServer(workload_api=False) as without:
         monkeypatch.setenv("KUBECONFIG", without.kubeconfig)
-        discovery = cluster_apis.read_discovery(None, gang.WORKLOAD_API_VERSION)
-        assert discovery is None
-        assert cluster_apis.missing_resources(wanted, discovery) == list(wanted)
+        with pytest.raises(cluster_apis.ClusterLacksApi) as refused:
+            cluster_apis.require_cluster_apis(kubernetes_gang())
+        message = str(refused.value)
+        assert (f"it lacks {WORKLOAD_API_BETA} workloads, podgroups; {WORKLOAD_API_ALPHA} workloads, podgroups" in message), message
+        for needed in (f"--runtime-config={WORKLOAD_API_BETA}=true", f"--runtime-config={WORKLOAD_API_ALPHA}=true",
+                       "GenericWorkload", "WorkloadWithJob", "GangScheduling"):  # fmt: skip
+            assert needed in message, message

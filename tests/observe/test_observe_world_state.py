@@ -45,6 +45,11 @@ def test_the_kubernetes_schedulers_reason_is_its_pod_groups_false_scheduled_cond
     scheduled = {**held, "status": "True", "reason": "Scheduled", "message": ""}
     assert world_state.kubernetes_pod_group_reason({**group, "status": {"conditions": [scheduled]}}) is None
     assert world_state.kubernetes_pod_group_reason({"metadata": group["metadata"]}) is None  # not tried yet
+    # as the 1.37 scheduler writes it (v1beta1) on a gang of 2 with room for 1 (seen on the local cluster)
+    message = "minCount (2) cannot be satisfied: 1 scheduled, 0 remaining, pod group preemption: No preemption victims found for incoming preemptor"
+    held = {"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    group = {"metadata": {"name": "trainer-world-5bfd968b"}, "status": {"conditions": [held]}}
+    assert world_state.kubernetes_pod_group_reason(group) == f"the Kubernetes scheduler holds PodGroup trainer-world-5bfd968b (Unschedulable: {message})"
 
 
 def pod(name: str, scheduled: bool, *claims: str) -> dict:
