@@ -22,7 +22,7 @@ and the trainer finds its run (same RUN_NAME) under /out finished and trains not
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import pulumi
 
@@ -66,9 +66,16 @@ class Trainer(Component):
         )
         manifest = workload_manifest(world, args.pod_template)
         if self.pod_group is not None and gang.workload_controls_job(world):
-            manifest["metadata"]["ownerReferences"] = self.pod_group.metadata.apply(lambda meta: gang.workload_owner(world, meta["uid"]))
+            manifest["metadata"]["ownerReferences"] = self.pod_group.metadata.apply(lambda meta: owned_by(world, meta))
         self.workload = KubernetesObject(name, manifest, opts=workload_options)
         self.register_outputs({"name": self.workload.metadata["name"]})
+
+
+def owned_by(world: World, workload_metadata: dict) -> Any:
+    """The Job's ownerReferences to its gang's Workload; unknown in the preview that creates the
+    Workload (the API server gives it its uid)."""
+    uid = workload_metadata.get("uid")
+    return gang.workload_owner(world, uid) if uid else pulumi.output.UNKNOWN
 
 
 # Each workload kind's Pulumi type.
