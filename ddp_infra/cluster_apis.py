@@ -36,6 +36,7 @@ WORKLOAD_API_NEEDS = {
                         f"and the API server's --runtime-config={WORKLOAD_API_ALPHA}=true",
 }  # fmt: skip
 SCHEDULER_KEY = f"{PROJECT}:scheduling.gang.scheduler"
+REFUSED = "the cluster lacks what the stack's config needs; nothing was created:\n  "
 
 
 class ClusterLacksApi(pulumi.RunError):
@@ -103,7 +104,7 @@ def require_cluster_apis(config: StackConfig) -> Optional[str]:
             return None
     chosen = chosen_workload_api(missing)
     if chosen is None:
-        raise ClusterLacksApi("the cluster lacks what the stack's config needs; nothing was created:\n  " + lacks_every_version(missing))
+        raise ClusterLacksApi(REFUSED + lacks_every_version(missing))
     if chosen == WORKLOAD_API_ALPHA and (problems := alpha_cannot(config)):
-        raise ClusterLacksApi("the cluster lacks what the stack's config needs; nothing was created:\n  " + "\n  ".join(problems))
+        raise ClusterLacksApi(REFUSED + "\n  ".join(problems))
     return chosen
