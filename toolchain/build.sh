@@ -38,10 +38,13 @@ if [ -z "$pulumi_version" ] || [ -z "$kubernetes_version" ]; then
   echo "[toolchain] requirements.txt must pin pulumi==X and pulumi-kubernetes==Y" >&2
   exit 1
 fi
-# The test cluster: every Kubernetes component at one version (1.36: the Workload API's gang
-# scheduling; 1.33 is the oldest whose staging modules the kubelet needs are all served), and an
-# etcd at least 3.5.13, the oldest that kube-apiserver 1.31+ accepts.
-kube_version=1.36.3
+# The test cluster: every Kubernetes component at one version (1.37, the newest the proxy serves:
+# the Workload API's gang scheduling in beta, scheduling.k8s.io/v1beta1), and an etcd at least
+# 3.5.13, the oldest that kube-apiserver 1.31+ accepts.
+kube_version=1.37.2
+# The API server of the release before, alone: it serves the Workload API as scheduling.k8s.io/v1alpha2,
+# which the preview's check of the served version is tested against beside the cluster's v1beta1.
+previous_apiserver_version=1.36.3
 etcd_version=3.5.21
 # Cluster DNS for the test cluster (its `kubernetes` plugin serves cluster.local).
 coredns_version=1.14.7
@@ -68,7 +71,7 @@ kube_router_version=2.1.0
 # the proxy serves of those tried (it refuses v1.38.2, v1.39.0 to v1.43.0, v1.45.0 and v1.50.0).
 yaml_version=1.38.1
 
-bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-etcd-$etcd_version-coredns-$coredns_version-jobset-$jobset_version-kueue-$kueue_version-volcano-$volcano_version-kube-router-$kube_router_version-versitygw-$versitygw_version-yaml-$yaml_version
+bin_dir=$cache/bin-pulumi-$pulumi_version-kubernetes-$kubernetes_version-kube-$kube_version-apiserver-$previous_apiserver_version-etcd-$etcd_version-coredns-$coredns_version-jobset-$jobset_version-kueue-$kueue_version-volcano-$volcano_version-kube-router-$kube_router_version-versitygw-$versitygw_version-yaml-$yaml_version
 if [ "${1:-}" = --bin-dir ]; then
   echo "$bin_dir"
   exit 0
@@ -80,6 +83,7 @@ fi
 
 provider_dir=$cache/pulumi-resource-kubernetes-v$kubernetes_version
 kubernetes_dir=$cache/kubernetes-v$kube_version
+previous_apiserver_dir=$cache/kube-apiserver-v$previous_apiserver_version
 etcd_dir=$cache/etcd-v$etcd_version
 coredns_dir=$cache/coredns-v$coredns_version
 actionlint_dir=$cache/actionlint-v$actionlint_version
@@ -192,13 +196,19 @@ build_provider() {
 
 # The control plane and the node components, in one build (they share most of their packages).
 kubernetes_binaries=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
-build_kubernetes() {
-  local v=$kube_version minor=${kube_version#*.}
+build_kubernetes() { kube_build "$kube_version" "${kubernetes_binaries[*]/#/k8s.io/kubernetes/cmd/}"; }
+
+# kube_build VERSION PACKAGES: Kubernetes' main packages at VERSION, its staging modules at the
+# matching v0 release, stamped with the version they report.
+kube_build() {
+  local v=$1 minor=${1#*.}
   minor=${minor%%.*}
   export CGO_ENABLED=0
-  wrapped_build "" "${kubernetes_binaries[*]/#/k8s.io/kubernetes/cmd/}" "k8s.io/kubernetes@v$v" "--staging v0.${v#*.}" \
+  wrapped_build "" "$2" "k8s.io/kubernetes@v$v" "--staging v0.${v#*.}" \
     -ldflags "-X k8s.io/component-base/version.gitVersion=v$v -X k8s.io/component-base/version.gitMajor=${v%%.*} -X k8s.io/component-base/version.gitMinor=$minor"
 }
+
+build_previous_apiserver() { kube_build "$previous_apiserver_version" k8s.io/kubernetes/cmd/kube-apiserver; }
 
 build_etcd() {
   export CGO_ENABLED=0
@@ -408,6 +418,8 @@ component etcd "$etcd_dir" build_etcd
 link "$etcd_dir/etcd" etcd
 component kubernetes "$kubernetes_dir" build_kubernetes
 for b in "${kubernetes_binaries[@]}"; do link "$kubernetes_dir/$b" "$b"; done
+component kube-apiserver-$previous_apiserver_version "$previous_apiserver_dir" build_previous_apiserver
+link "$previous_apiserver_dir/kube-apiserver" "kube-apiserver-$previous_apiserver_version"
 component coredns "$coredns_dir" build_coredns
 link "$coredns_dir/coredns" coredns
 component actionlint "$actionlint_dir" build_actionlint

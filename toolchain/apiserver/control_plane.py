@@ -10,13 +10,18 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-# The Kubernetes scheduler's gang scheduling (`scheduling.gang.scheduler: kubernetes`), alpha in
-# Kubernetes 1.36: the feature gates of every control-plane component, and the API server serving
-# the Workload API (ddp_infra/cluster_apis.py). A cluster that asks for them (LocalCluster's
-# workload_api): with WorkloadWithJob, the Job controller gangs every Indexed Job whose
-# parallelism equals its completions, an elastic world's too, whatever the stack's scheduler.
-WORKLOAD_API_GATES = ["--feature-gates", "GenericWorkload=true,GangScheduling=true,WorkloadWithJob=true"]
-WORKLOAD_API_FLAGS = [*WORKLOAD_API_GATES, "--runtime-config", "scheduling.k8s.io/v1alpha2=true"]
+# The Kubernetes scheduler's gang scheduling (`scheduling.gang.scheduler: kubernetes`), beta in
+# Kubernetes 1.37 and still off by default: the feature gates of every control-plane component, and
+# the API server serving the Workload API (ddp_infra/cluster_apis.py). A cluster that asks for them
+# (LocalCluster's workload_api): with WorkloadWithJob, the Job controller makes the PodGroup of a
+# Job that asks for one (ddp_infra/gang.py); 1.37 has no GangScheduling gate (GenericWorkload turns
+# the scheduler's gang plugin on).
+WORKLOAD_API_GATES = ["--feature-gates", "GenericWorkload=true,WorkloadWithJob=true"]
+WORKLOAD_API_FLAGS = [*WORKLOAD_API_GATES, "--runtime-config", "scheduling.k8s.io/v1beta1=true"]
+# The release before (1.36: toolchain/build.sh's previous_apiserver_version, built as
+# kube-apiserver-<version>), its API server alone: the Workload API in alpha, as scheduling.k8s.io/v1alpha2.
+PREVIOUS_APISERVER_PREFIX = "kube-apiserver-"
+PREVIOUS_WORKLOAD_API_FLAGS = ["--feature-gates", "GenericWorkload=true", "--runtime-config", "scheduling.k8s.io/v1alpha2=true"]
 
 
 def etcd_argv(binary: str, data_dir: Path, client_port: int, peer_port: int) -> list[str]:

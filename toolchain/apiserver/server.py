@@ -81,11 +81,21 @@ def find_tool(name, bin_dir):
     return found
 
 
+def previous_apiserver(bin_dir) -> str:
+    """The API server of the Kubernetes release before the cluster's, which toolchain/build.sh puts
+    beside the cluster's as kube-apiserver-<version>."""
+    found = sorted(Path(bin_dir).glob(control_plane.PREVIOUS_APISERVER_PREFIX + "[0-9]*"))
+    if not found:
+        raise FileNotFoundError(f"no {control_plane.PREVIOUS_APISERVER_PREFIX}<version> in {bin_dir}: run `make setup` (toolchain/build.sh)")
+    return str(found[-1])
+
+
 class LocalApiServer:
     """Starts etcd and kube-apiserver on free 127.0.0.1 ports; a context manager.
 
     Arguments:
-      bin_dir: where etcd and kube-apiserver are (default: toolchain/build.sh --bin-dir, then PATH).
+      bin_dir: where etcd and kube-apiserver are (default: toolchain/build.sh --bin-dir, then PATH);
+      previous_release: run the API server of the Kubernetes release before the cluster's (previous_apiserver).
       startup_timeout: seconds to wait for /readyz before giving up.
       kubectl: the kubectl the `kubectl()` helper runs.
       users: more bearer tokens it accepts, each with its user and group ({token: (user, group)});
@@ -99,18 +109,21 @@ class LocalApiServer:
       startup_seconds: how long start() took; workdir: the temporary directory.
     """
 
-    def __init__(self, bin_dir=None, startup_timeout=90.0, kubectl="kubectl", workload_api=True, users=None, rbac=False):
+    def __init__(self, bin_dir=None, startup_timeout=90.0, kubectl="kubectl", workload_api=True, users=None, rbac=False,
+                 previous_release=False):
         bin_dir = bin_dir or tool_dir()
         self._etcd_bin = find_tool("etcd", bin_dir)
-        self._apiserver_bin = find_tool("kube-apiserver", bin_dir)
+        self._apiserver_bin = previous_apiserver(bin_dir) if previous_release else find_tool("kube-apiserver", bin_dir)
         self._kubectl = kubectl
         self.startup_timeout = startup_timeout
         self.token = "ddp-infra-test-token"
         self.workdir = self.kubeconfig = self.server = self.ca_file = None
         self.startup_seconds = None
         self._procs = []
-        # the local cluster's alpha Workload API (control_plane.WORKLOAD_API_FLAGS), or an API server without it
-        self._workload_api = workload_api
+        # the local cluster's Workload API (control_plane.WORKLOAD_API_FLAGS; the release before's with
+        # previous_release), or an API server without it
+        self._workload_api_flags = workload_api and (control_plane.PREVIOUS_WORKLOAD_API_FLAGS if previous_release
+                                               else control_plane.WORKLOAD_API_FLAGS)
         self._users, self._rbac = dict(users or {}), rbac
 
     def __enter__(self):
@@ -196,9 +209,12 @@ class LocalApiServer:
             tokens=certificates.token_file(pki / "tokens.csv", {self.token: ("admin", "system:masters"), **self._users}),
             service_account_key=certificates.service_account_key(pki),
             issuer="https://kubernetes.default.svc.cluster.local", service_cidr="10.0.0.0/24",
-            extra=["--cert-dir", str(pki / "certs"), "--authorization-mode", "RBAC" if self._rbac else "AlwaysAllow",
+            # No endpoints of the `kubernetes` Service: no pod runs here to reach it, and from 1.37 the
+            # reconciler refuses a loopback address.
+            extra=["--endpoint-reconciler-type", "none",
+                   "--cert-dir", str(pki / "certs"), "--authorization-mode", "RBAC" if self._rbac else "AlwaysAllow",
                    "--disable-admission-plugins", "ServiceAccount", "--allow-privileged",
-                   *(control_plane.WORKLOAD_API_FLAGS if self._workload_api else [])],
+                   *(self._workload_api_flags or [])],
         ))  # fmt: skip
 
     def _wait_ready(self, deadline):

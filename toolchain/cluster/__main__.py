@@ -32,7 +32,7 @@ def main() -> int:
             p.add_argument("--without-images", action="store_true", help="import no image (no pod can start)")
             p.add_argument("--domain", default="cluster.local", help="the cluster domain (default cluster.local)")
             p.add_argument("--addon", action="append", default=[], choices=sorted(ADDONS), help="start an add-on with the cluster (repeatable)")
-            p.add_argument("--workload-api", action="store_true", help="the alpha Workload API and gang scheduling on (Kubernetes 1.36)")
+            p.add_argument("--workload-api", action="store_true", help="the Workload API (scheduling.k8s.io/v1beta1) and gang scheduling on")
             p.add_argument("--nodes", type=int, default=1, help=f"how many nodes (default 1, at most {MAX_NODES}); each advertises its share of the machine")
             p.add_argument("--label", action="append", default=[], type=node_label, metavar="INDEX:KEY=VALUE",
                            help="a label of node INDEX (0 is the first), e.g. 1:topology.kubernetes.io/zone=b (repeatable)")

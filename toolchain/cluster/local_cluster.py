@@ -68,8 +68,8 @@ class LocalCluster:
             raise ClusterError(f"node_labels: no node {unlabelled[0]} in a cluster of {nodes} (indexes 0 to {nodes - 1})")
         self.name = name
         self.addons = tuple(addons)
-        # The alpha Workload API and its gang scheduling (control_plane.WORKLOAD_API_FLAGS): with
-        # them, the Job controller gangs every Indexed Job whose parallelism equals its completions.
+        # The Workload API (beta, off by default) and its gang scheduling (control_plane.WORKLOAD_API_FLAGS):
+        # with them, the Job controller makes the PodGroup of a Job that names a Workload's template.
         self.workload_api = workload_api
         unknown = sorted(set(self.addons) - set(ADDONS))
         if unknown:
