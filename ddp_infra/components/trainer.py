@@ -51,8 +51,9 @@ class Trainer(Component):
         if gang.uses(world, "volcano"):
             self.pod_group = KubernetesObject(f"{name}-pod-group", gang.pod_group_manifest(world, args.pod_template), opts=self.child())
         elif gang.writes_workload(world):
-            # Only its gang's minCount may change in place; what controls it (a Job or a JobSet) may not.
-            gang_options = self.child(delete_before_replace=True, replace_on_changes=["spec.controllerRef"])
+            # Its spec is immutable (the templates, minCount among them, and what controls it): any
+            # change deletes it, the Job it controls with it, and makes both again.
+            gang_options = self.child(delete_before_replace=True, replace_on_changes=["spec"])
             self.pod_group = KubernetesObject(f"{name}-gang-workload", gang.workload_api_manifest(world), opts=gang_options)
         other_types = [token for kind, token in TYPES.items() if kind != world.workload_kind]
         workload_options = self.child(

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from ddp_infra import access, gang
+from ddp_infra.names import WORKLOAD_API_ALPHA, WORKLOAD_API_BETA
 from pulumi_project import PulumiProject, changed_steps, resource_type
 from toolchain.apiserver import LocalApiServer, free_port
 
@@ -85,9 +86,11 @@ def test_preview_of_prod_against_a_real_api_server(prod, api_server):
 
 def test_preview_with_the_kubernetes_gang_names_the_workload_api_a_cluster_lacks_and_plans_it_where_served(prod, api_server):
     """`scheduling.gang.scheduler: kubernetes`: refused at preview, naming what is missing, against an
-    API server without the Workload API; planned against the local cluster's, which serves it as
-    scheduling.k8s.io/v1alpha2 (Kubernetes 1.36: its Job controller makes the gang, the stack writes
-    none), the preview saying what the scheduler will do."""
+    API server without the Workload API; planned against the local cluster's (Kubernetes 1.37:
+    scheduling.k8s.io/v1beta1, a Workload the Job's owner, its uid unknown until it is made) and
+    against 1.36's (v1alpha2: its Job controller makes the gang, the stack writes none), the preview
+    saying what the scheduler will do."""
+    previews = {}
     with prod.stack_file_restored("prod"):
         prod.config_set("prod", "ddp-infra:scheduling.gang.scheduler", "kubernetes", path=True)
         with LocalApiServer(workload_api=False) as without:
@@ -96,22 +99,26 @@ def test_preview_with_the_kubernetes_gang_names_the_workload_api_a_cluster_lacks
                 refused = prod.preview_diff("prod", check=False)
             finally:
                 prod.kubeconfig.unlink()
-        shutil.copyfile(api_server.kubeconfig, prod.kubeconfig)
-        try:
-            result, preview = prod.preview_json("prod", check=False)
-        finally:
-            prod.kubeconfig.unlink()
+        with LocalApiServer(previous_release=True) as previous:
+            for version, server in ((WORKLOAD_API_BETA, api_server), (WORKLOAD_API_ALPHA, previous)):
+                shutil.copyfile(server.kubeconfig, prod.kubeconfig)
+                try:
+                    previews[version] = prod.preview_json("prod", check=False)
+                finally:
+                    prod.kubeconfig.unlink()
     assert refused.returncode != 0, refused.describe()
     lacks = "it lacks scheduling.k8s.io/v1beta1 workloads, podgroups; scheduling.k8s.io/v1alpha2 workloads, podgroups"
     assert f"the cluster serves no version of the Workload API ({lacks})" in refused.output, refused.output
     assert "GenericWorkload" in refused.output and "--runtime-config=scheduling.k8s.io/v1beta1=true" in refused.output
     assert "nothing was created" in refused.output and "Traceback" not in refused.output, refused.output
-    assert result.returncode == 0, result.describe()
-    _assert_plans_the_whole_stack(preview)
-    assert "kubernetes:scheduling.k8s.io/v1beta1:Workload" not in [resource_type(step["urn"]) for step in changed_steps(preview)]
-    said = "a world of 8: the Kubernetes scheduler (scheduling.k8s.io/v1alpha2) binds its 8 pods together, or none"
-    said_at_preview = [d["message"] for d in preview.get("diagnostics", []) if d["message"].startswith(gang.ADMISSION_PREFIX)]
-    assert len(said_at_preview) == 1 and said_at_preview[0].startswith(gang.ADMISSION_PREFIX + said), preview.get("diagnostics")
+    for version, (result, preview) in previews.items():
+        assert result.returncode == 0, result.describe()
+        _assert_plans_the_whole_stack(preview)
+        planned = [resource_type(step["urn"]) for step in changed_steps(preview)]
+        assert ("kubernetes:scheduling.k8s.io/v1beta1:Workload" in planned) == (version == WORKLOAD_API_BETA), planned
+        said = f"a world of 8: the Kubernetes scheduler ({version}) binds its 8 pods together, or none"
+        said_at_preview = [d["message"] for d in preview.get("diagnostics", []) if d["message"].startswith(gang.ADMISSION_PREFIX)]
+        assert len(said_at_preview) == 1 and said_at_preview[0].startswith(gang.ADMISSION_PREFIX + said), preview.get("diagnostics")
 
 
 def _grant(api: LocalApiServer, user: str, resources: dict[str, list[str]]) -> None:

@@ -118,6 +118,17 @@ def test_with_the_kubernetes_scheduler_on_v1beta1_the_job_controller_is_handed_a
         assert owners is None and gang.GROUP_TEMPLATE_ANNOTATION not in workload["metadata"].get("annotations", {})
 
 
+@pulumi.runtime.test
+def test_a_change_of_the_world_s_gang_replaces_its_workload_after_the_old_one_is_gone():
+    """The API server refuses a change to a Workload's templates or controllerRef (immutable in
+    scheduling.k8s.io/v1beta1; a resize changes minCount, a kind switch the controllerRef): any spec
+    change deletes it and makes it again, the Job it controls with it (test_cluster_workload_api.py
+    resizes a world on 1.37)."""
+    group = harness.evaluated_with("prod", nodes=64, scheduling__gang={"scheduler": "kubernetes"}).one(GANG_WORKLOAD)
+    assert group.delete_before_replace is True
+    assert group.replace_on_changes == ["spec"]
+
+
 @pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
 def test_on_v1alpha2_the_stack_writes_nothing_for_the_kubernetes_scheduler(kind):
     """Kubernetes 1.36's Job controller gangs every Indexed Job whose parallelism equals its

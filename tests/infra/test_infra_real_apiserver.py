@@ -259,19 +259,25 @@ def kubernetes_gang(**changes: Any) -> StackConfig:
 
 @pytest.mark.timeout(240)
 def test_the_world_is_written_for_the_workload_api_version_the_api_server_serves(api, monkeypatch):
-    """Kubernetes 1.36 (the local cluster's) serves scheduling.k8s.io/v1alpha2, and an API server
-    without the gates neither version: refused with what each release needs turned on. On
-    v1alpha2 an elastic world or spares are refused (its Job controller's gang is every pod)."""
+    """Kubernetes 1.37 (the local cluster's) serves scheduling.k8s.io/v1beta1, 1.36 (its API server
+    alone) v1alpha2, and an API server without the gates neither version: refused with what each
+    release needs turned on. On v1alpha2 an elastic world or spares are refused (its Job controller's
+    gang is every pod); on v1beta1 both are written."""
     # these configs name no cluster to render for; the program's other guard, Pulumi's mocks, is not
     # this test's: a mocked test earlier in the same process leaves its monitor set
     monkeypatch.setattr(cluster_apis, "needs_no_cluster", lambda kubernetes: False)
+    elastic_and_spares = ((kubernetes_gang(nodes="2:4"), "an elastic world, nodes 2:4"), (kubernetes_gang(workload__sparePods=1), "workload.sparePods 1"))
     monkeypatch.setenv("KUBECONFIG", api.kubeconfig)
-    assert cluster_apis.require_cluster_apis(kubernetes_gang()) == WORKLOAD_API_ALPHA
-    for config, what in ((kubernetes_gang(nodes="2:4"), "an elastic world, nodes 2:4"), (kubernetes_gang(workload__sparePods=1), "workload.sparePods 1")):
-        with pytest.raises(cluster_apis.ClusterLacksApi) as refused:
-            cluster_apis.require_cluster_apis(config)
-        assert f"scheduling.gang.scheduler kubernetes with {what} needs {WORKLOAD_API_BETA}" in str(refused.value)
-        assert f"this cluster serves {WORKLOAD_API_ALPHA}" in str(refused.value)
+    for config in (kubernetes_gang(), *(config for config, _ in elastic_and_spares)):
+        assert cluster_apis.require_cluster_apis(config) == WORKLOAD_API_BETA
+    with LocalApiServer(previous_release=True) as previous:
+        monkeypatch.setenv("KUBECONFIG", previous.kubeconfig)
+        assert cluster_apis.require_cluster_apis(kubernetes_gang()) == WORKLOAD_API_ALPHA
+        for config, what in elastic_and_spares:
+            with pytest.raises(cluster_apis.ClusterLacksApi) as refused:
+                cluster_apis.require_cluster_apis(config)
+            assert f"scheduling.gang.scheduler kubernetes with {what} needs {WORKLOAD_API_BETA}" in str(refused.value)
+            assert f"this cluster serves {WORKLOAD_API_ALPHA}" in str(refused.value)
     with LocalApiServer(workload_api=False) as without:
         monkeypatch.setenv("KUBECONFIG", without.kubeconfig)
         with pytest.raises(cluster_apis.ClusterLacksApi) as refused:
