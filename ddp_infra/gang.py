@@ -22,8 +22,9 @@ while the rest waits for capacity, and two such worlds can hold each other's hal
     controller then makes the PodGroup and puts each pod in it. The Job does not carry the gang
     itself (1.37's `spec.scheduling`), nor its pods a `schedulingGroup`: the pinned Kubernetes
     provider drops both (it normalizes a Job through the Kubernetes 1.33 types it was built with).
-    Once the gang is bound, pods past MIN are left to the scheduler one by one (the world's growth
-    past MIN is not yet seen on a cluster).
+    Once the gang is bound, pods past MIN are left to the scheduler one by one, bound as room
+    appears (tests/cluster/test_cluster_workload_api.py). The Workload cannot be changed: a new
+    minimum or kind replaces it (components/trainer.py).
   - `scheduling.k8s.io/v1alpha2` (1.36): the Job controller makes the PodGroup itself of an
     Indexed Job whose parallelism equals its completions and is above 1, of every pod; the stack
     writes nothing for it, and an elastic world or spare pods are refused (their gang would be

@@ -287,3 +287,22 @@ def test_the_world_is_written_for_the_workload_api_version_the_api_server_serves
         for needed in (f"--runtime-config={WORKLOAD_API_BETA}=true", f"--runtime-config={WORKLOAD_API_ALPHA}=true",
                        "GenericWorkload", "WorkloadWithJob", "GangScheduling"):  # fmt: skip
             assert needed in message, message
+
+
+@pytest.mark.timeout(120)
+def test_the_api_server_refuses_a_change_of_the_gang_s_workload_so_a_resize_replaces_it(api):
+    """Kubernetes 1.37's API server takes the Workload the stack writes for a world of 8 and refuses
+    the same Workload for 16 (its templates are immutable): why a change of the gang replaces the
+    Workload (components/trainer.py, test_infra_gang_admission.py)."""
+    def the_workload(nodes: int) -> dict[str, Any]:
+        return evaluated_with("prod", nodes=nodes, scheduling__gang={"scheduler": "kubernetes"}).one(f"kubernetes:{WORKLOAD_API_BETA}:Workload").manifest
+
+    first = the_workload(8)
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": first["metadata"]["namespace"]}}
+    apply(api, [namespace, first])
+    resized = subprocess.run(["kubectl", "--kubeconfig", api.kubeconfig, "apply", "-f", "-"], input=json.dumps(the_workload(16)),
+                             capture_output=True, text=True, timeout=KUBECTL_TIMEOUT)  # fmt: skip
+    assert resized.returncode != 0, resized.stdout
+    assert "spec.podGroupTemplates" in resized.stderr and "immutable" in resized.stderr, resized.stderr
+    stored = json.loads(kubectl(api, "get", "workloads.scheduling.k8s.io", first["metadata"]["name"], "-n", namespace["metadata"]["name"], "-o", "json"))
+    assert stored["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {"gang": {"minCount": 8}}
