@@ -51,9 +51,9 @@ class Trainer(Component):
         if gang.uses(world, "volcano"):
             self.pod_group = KubernetesObject(f"{name}-pod-group", gang.pod_group_manifest(world, args.pod_template), opts=self.child())
         elif gang.writes_workload(world):
-            # Its spec is immutable (the templates, minCount among them, and what controls it): any
-            # change deletes it, the Job it controls with it, and makes both again.
-            gang_options = self.child(delete_before_replace=True, replace_on_changes=["spec"])
+            # Its controllerRef and its list of templates cannot change (a kind switch replaces it, and
+            # the Job it controls with it); a template's minCount can (a resize changes it in place).
+            gang_options = self.child(delete_before_replace=True, replace_on_changes=["spec.controllerRef"])
             self.pod_group = KubernetesObject(f"{name}-gang-workload", gang.workload_api_manifest(world), opts=gang_options)
         other_types = [token for kind, token in TYPES.items() if kind != world.workload_kind]
         workload_options = self.child(

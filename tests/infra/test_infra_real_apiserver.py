@@ -290,19 +290,22 @@ def test_the_world_is_written_for_the_workload_api_version_the_api_server_serves
 
 
 @pytest.mark.timeout(120)
-def test_the_api_server_refuses_a_change_of_the_gang_s_workload_so_a_resize_replaces_it(api):
-    """Kubernetes 1.37's API server takes the Workload the stack writes for a world of 8 and refuses
-    the same Workload for 16 (its templates are immutable): why a change of the gang replaces the
-    Workload (components/trainer.py, test_infra_gang_admission.py)."""
-    def the_workload(nodes: int) -> dict[str, Any]:
-        return evaluated_with("prod", nodes=nodes, scheduling__gang={"scheduler": "kubernetes"}).one(f"kubernetes:{WORKLOAD_API_BETA}:Workload").manifest
+def test_the_api_server_takes_a_resized_gang_in_place_and_refuses_a_new_controller(api):
+    """Kubernetes 1.37's API server takes the Workload the stack writes for a world of 8 as a Job,
+    then the same for 16 (its minCount changed in place), and refuses it as a JobSet's (its
+    controllerRef cannot change): why only a kind switch replaces the Workload
+    (components/trainer.py, test_infra_gang_admission.py)."""
+    def the_workload(nodes: int, kind: str = contract.INDEXED_JOB) -> dict[str, Any]:
+        evaluation = evaluated_with("prod", nodes=nodes, workload__kind=kind, scheduling__gang={"scheduler": "kubernetes"})
+        return evaluation.one(f"kubernetes:{WORKLOAD_API_BETA}:Workload").manifest
 
     first = the_workload(8)
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": first["metadata"]["namespace"]}}
-    apply(api, [namespace, first])
-    resized = subprocess.run(["kubectl", "--kubeconfig", api.kubeconfig, "apply", "-f", "-"], input=json.dumps(the_workload(16)),
-                             capture_output=True, text=True, timeout=KUBECTL_TIMEOUT)  # fmt: skip
-    assert resized.returncode != 0, resized.stdout
-    assert "spec.podGroupTemplates" in resized.stderr and "immutable" in resized.stderr, resized.stderr
-    stored = json.loads(kubectl(api, "get", "workloads.scheduling.k8s.io", first["metadata"]["name"], "-n", namespace["metadata"]["name"], "-o", "json"))
-    assert stored["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {"gang": {"minCount": 8}}
+    name, namespace = first["metadata"]["name"], first["metadata"]["namespace"]
+    apply(api, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, first])
+    apply(api, [the_workload(16)])
+    stored = json.loads(kubectl(api, "get", "workloads.scheduling.k8s.io", name, "-n", namespace, "-o", "json"))
+    assert stored["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {"gang": {"minCount": 16}}
+    switched = subprocess.run(["kubectl", "--kubeconfig", api.kubeconfig, "apply", "-f", "-"], input=json.dumps(the_workload(16, contract.JOBSET)),
+                              capture_output=True, text=True, timeout=KUBECTL_TIMEOUT)  # fmt: skip
+    assert switched.returncode != 0, switched.stdout
+    assert "spec.controllerRef" in switched.stderr and "field is immutable" in switched.stderr, switched.stderr
