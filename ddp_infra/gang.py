@@ -23,17 +23,18 @@ while the rest waits for capacity, and two such worlds can hold each other's hal
     itself (1.37's `spec.scheduling`), nor its pods a `schedulingGroup`: the pinned Kubernetes
     provider drops both (it normalizes a Job through the Kubernetes 1.33 types it was built with).
     Once the gang is bound, pods past MIN are left to the scheduler one by one, bound as room
-    appears (tests/cluster/test_cluster_workload_api.py). The Workload cannot be changed: a new
-    minimum or kind replaces it (components/trainer.py).
+    appears (tests/cluster/test_cluster_workload_api.py). A new minimum changes the Workload in
+    place; a new kind replaces it (its controllerRef cannot change: components/trainer.py).
   - `scheduling.k8s.io/v1alpha2` (1.36): the Job controller makes the PodGroup itself of an
     Indexed Job whose parallelism equals its completions and is above 1, of every pod; the stack
     writes nothing for it, and an elastic world or spare pods are refused (their gang would be
     every pod up to the maximum).
   A StatefulSet is refused with this scheduler: no controller makes its pods a PodGroup.
-- An **elastic** world (`nodes: MIN:MAX`) is admitted from its minimum: Volcano's `minMember` is
-  MIN, and Kueue may admit an elastic Job partly (its partial admission: as many pods as the
-  quota holds, at least MIN, Kueue lowering the Job's parallelism to that). A Job's spare pods
-  (`workload.sparePods`) are admitted the same way, as the quota holds; a JobSet's are admitted
+- An **elastic** world (`nodes: MIN:MAX`) is admitted whole at its minimum and grows as room
+  appears: Volcano's `minMember` is MIN, the Kubernetes scheduler's gang (v1beta1) is MIN. Kueue
+  is refused (the config's rules): it admits a world once, at a size it keeps. A Job's spare pods
+  (`workload.sparePods`) are admitted by Kueue's partial admission (as many pods as the quota
+  holds, at least `nodes`, Kueue lowering the Job's parallelism to that); a JobSet's are admitted
   with it, whole.
 - **Topology** (`scheduling.topology`, Kueue only): the pod template names a level of the Kueue
   Topology its ResourceFlavor points to, and Kueue admits the world once one domain of that level
@@ -93,9 +94,9 @@ def workload_labels(world: World) -> dict[str, str]:
 
 
 def workload_annotations(world: World) -> dict[str, str]:
-    """The Kueue annotation of a Job whose world forms from any of its pods (elastic, or with
-    spares): Kueue may admit it partly, as many pods as its quota holds and at least the world's
-    minimum (Kueue then lowers the Job's parallelism to that)."""
+    """The Kueue annotation of a Job whose world forms from any of its pods (with spares; an elastic
+    world is refused with Kueue): Kueue may admit it partly, as many pods as its quota holds and at
+    least the world's minimum (Kueue then lowers the Job's parallelism to that)."""
     if not (uses(world, "kueue") and world.forms_from_any_pods and world.workload_kind == contract.INDEXED_JOB):
         return {}
     return {KUEUE_MIN_PARALLELISM_ANNOTATION: str(world.min_nodes)}
@@ -236,7 +237,10 @@ def admission(world: World) -> str:
             started = (f"Kueue admits it against LocalQueue {queue}'s quota with as many of its {world.pods} pods as the quota "
                        f"holds, at least {least}, or none, and keeps that size")  # fmt: skip
     elif scheduler == "volcano":
-        started = f"Volcano binds at least {least} of its {world.pods} pods together (minMember), or none"
+        if world.forms_from_any_pods:
+            started = f"Volcano binds {least} of its {world.pods} pods together (minMember), or none; the rest{spare_text} as room appears"
+        else:
+            started = f"Volcano binds its {world.pods} pods together (minMember), or none"
     elif scheduler == "kubernetes":
         binder = f"the Kubernetes scheduler ({world.workload_api}) binds"
         if world.forms_from_any_pods and world.workload_api == WORKLOAD_API_BETA:

@@ -115,8 +115,6 @@ def _topology_slices_divide_the_pods(valid: dict[str, Any]) -> list[Problem]:
         return []
     size, nodes = topology.slice.size, valid["nodes"]
     key = full_key(["scheduling", "topology", "slice", "size"])
-    if nodes.elastic:
-        return [Problem(key, repr(size), f"unset with an elastic world, nodes {nodes} (Kueue admits it partly: its slices would not add up)")]
     pods = nodes.maximum + valid["workload"].spare_pods
     if pods % size:
         return [Problem(key, repr(size), f"a divisor of the Job's {pods} pods (nodes and workload.sparePods), such as 1 or {pods}")]
@@ -161,12 +159,16 @@ def _elastic_world_forms_from_any_pods(valid: dict[str, Any]) -> list[Problem]:
             "one number with workload.kind statefulset (its pods are replaced one identity each and never do without "
             "one); set workload.kind to job or jobset for an elastic world",
         ))
-    if "scheduling" in valid and valid["scheduling"].gang.scheduler == "kueue" and kind == contract.JOBSET:
+    if "scheduling" in valid and valid["scheduling"].gang.scheduler == "kueue":
+        # Kueue KEP-77 (sigs.k8s.io/kueue keps/77-dynamically-sized-jobs): partial admission fixes a Job's
+        # parallelism once, when it is admitted, and its elastic workload slices only follow a
+        # parallelism someone else changes, and refuse a Job with partial admission.
         problems.append(Problem(
             full_key(["nodes"]), nodes,
-            "one number with scheduling.gang.scheduler kueue and workload.kind jobset (Kueue admits a JobSet whole, so "
-            "the world could never train smaller); use workload.kind job (Kueue then admits MIN to MAX pods, as its "
-            "quota holds), or scheduler none or volcano",
+            "one number with scheduling.gang.scheduler kueue: Kueue admits a world once, at a size it never grows "
+            "(a JobSet whole; a Job, by its partial admission, at what the quota holds then, its parallelism fixed), "
+            "so an elastic world would never grow toward its maximum as capacity appears; use scheduler volcano, or "
+            "kubernetes on a cluster serving scheduling.k8s.io/v1beta1, for an elastic world admitted whole at MIN",
         ))
     if where := _rendezvous_on_pod_0(valid):
         problems.append(Problem(

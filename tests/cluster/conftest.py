@@ -177,9 +177,9 @@ def nodes_pause_stack(nodes_cluster, tmp_path):
 @pytest.fixture(scope="module")
 def workload_api_cluster():
     """A cluster whose control plane runs the Workload API and its gang scheduling, with the JobSet
-    controller, and the pause image only. One module uses it: it stops once that module's journeys
+    controller and the trainer image. One module uses it: it stops once that module's journeys
     end, and idles no control plane for the rest of the run."""
-    with _running(LocalCluster("workload-api", domain=TEST_DOMAIN, addons=available(("jobset",)), with_images=("pause",), workload_api=True)) as local:
+    with _running(LocalCluster("workload-api", domain=TEST_DOMAIN, addons=available(("jobset",)), with_images=("trainer",), workload_api=True)) as local:
         yield local
 
 
@@ -187,6 +187,13 @@ def workload_api_cluster():
 def workload_api_pause_stack(workload_api_cluster, tmp_path):
     """The dev stack on the Workload API's cluster with the pause binary in place of the trainer."""
     yield from _stack(workload_api_cluster, tmp_path / "engine", pause=True)
+
+
+@pytest.fixture
+def workload_api_stack(workload_api_cluster, tmp_path):
+    """The dev stack on the Workload API's cluster."""
+    _dev_image(workload_api_cluster)
+    yield from _stack(workload_api_cluster, tmp_path / "engine")
 
 
 @pytest.fixture(scope="session")

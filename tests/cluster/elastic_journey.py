@@ -1,9 +1,10 @@
-"""The elastic journey (`nodes: 2:3`) of test_cluster_elastic_jobset.py, through the real `pulumi up`: it starts
-with room for its minimum only, grows when capacity appears, shrinks and goes on when a pod is lost
-and nothing can replace it, grows again, and ends with every sample of each epoch trained exactly
-once, as the samples the ranks fed their model show (trainer/sample_record.py).
+"""The elastic journey under a gang scheduler (`nodes: 2:3`; test_cluster_elastic_jobset.py), through
+the real `pulumi up`: with room for one pod, none of the world's starts; with room for its minimum,
+2 are bound together and train; it grows when capacity appears, shrinks and goes on when a pod is
+lost and nothing can replace it, grows again, and ends with every sample of each epoch trained
+exactly once, as the samples the ranks fed their model show (trainer/sample_record.py).
 
-Capacity is the node's CPU: the world's pods ask for 500m each, and a placeholder pod takes what
+Capacity is the node's CPU: the world's pods ask for 500m each, and placeholder pods take what
 the test wants kept from them. The elastic Job's journey, on three nodes (test_cluster_nodes.py),
 shares the world's settings and the check of the samples it trained (there, of the epochs trained
 while it runs on).
@@ -11,11 +12,12 @@ while it runs on).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from cluster_testing import (
-    DISRUPTED_RUN, NAMESPACE, claim_path, cluster_state, free_cpu_millis, newest_checkpoint, paced, pods, jobset_status,
+    DISRUPTED_RUN, NAMESPACE, PLACEHOLDER, claim_path, cluster_state, free_cpu_millis, newest_checkpoint, paced, pods, jobset_status,
     place_placeholder, placeholder_phase, remove_placeholder, resumes, terminal_state, wait_for, wait_for_checkpoint_after,
     world_pods,
 )  # fmt: skip
@@ -73,21 +75,43 @@ def running_world_pods(cluster) -> list[str]:
                   and pod["status"].get("phase") == "Running" and "deletionTimestamp" not in pod["metadata"])  # fmt: skip
 
 
-def journey(cluster, stack) -> None:
-    """The journey of an elastic JobSet (an elastic Job's is on three nodes: test_cluster_nodes.py)."""
+# The CPU of one pod, held until the gang's minimum is given room.
+ONE_SHORT = "one-pod-short"
+
+
+def journey(cluster, stack, gang: dict) -> None:
+    """The journey of an elastic JobSet under a gang scheduler (`gang`: the stack's `scheduling.gang`;
+    an elastic Job's, without one, is on three nodes: test_cluster_nodes.py)."""
     remove_placeholder(cluster)
     try:
-        _grow_shrink_grow(cluster, stack)
+        _grow_shrink_grow(cluster, stack, gang)
     finally:
         remove_placeholder(cluster)
+        remove_placeholder(cluster, ONE_SHORT)
 
 
-def _grow_shrink_grow(cluster, dev_stack) -> None:
+def bound(cluster) -> list[str]:
+    """The world's pods that a scheduler has placed on a node."""
+    return [name for name, pod in world_pods(cluster).items() if pod["spec"].get("nodeName")]
+
+
+def _grow_shrink_grow(cluster, dev_stack, gang: dict) -> None:
     figures: dict[str, float] = {}
-    # Room for the minimum only: two pods' CPU, less a little, is left to the world.
+    # Room for one pod: two pods' CPU, less a little, is left to the world, one of them held at first.
     place_placeholder(cluster, free_cpu_millis(cluster) - 2 * POD_CPU_MILLIS - POD_CPU_MILLIS // 2)
-    wait_for(lambda: placeholder_phase(cluster) == "Running", 120, "the placeholder running")
-    dev_stack.up(**ELASTIC, workload__kind=contract.JOBSET)
+    place_placeholder(cluster, POD_CPU_MILLIS, ONE_SHORT)
+    for name in (PLACEHOLDER, ONE_SHORT):
+        wait_for(lambda: placeholder_phase(cluster, name) == "Running", 120, f"the placeholder {name} running")
+    dev_stack.up(**ELASTIC, workload__kind=contract.JOBSET, scheduling__gang=gang, workload__waitFor="none")
+    wait_for(lambda: len(world_pods(cluster)) == 3, 120, "the world's 3 pods created", interval=1)
+    time.sleep(15)  # the scheduler has had tries
+    assert bound(cluster) == [], "no pod of a world short of its minimum may hold a node"
+
+    # Room for the minimum: its 2 pods bound together, the world trains at 2.
+    room = datetime.now(timezone.utc)
+    remove_placeholder(cluster, ONE_SHORT)
+    wait_for(lambda: len(bound(cluster)) == 2, 120, "the minimum bound together", interval=0.5)
+    figures["room for the minimum -> 2 bound"] = round((datetime.now(timezone.utc) - room).total_seconds(), 1)
     assert dev_stack.outputs["nodes"] == "2:3"
     wait_for(lambda: len(running_world_pods(cluster)) == 2 and newest_checkpoint(cluster)["step"] >= 0 and 1, 300,
              "a world of the minimum training")  # fmt: skip
@@ -115,7 +139,7 @@ def _grow_shrink_grow(cluster, dev_stack) -> None:
     appeared = datetime.now(timezone.utc)
     remove_placeholder(cluster)
     _, figures["capacity appeared again -> a world of 3 resumed"] = resized(cluster, appeared, 3, 2)
-    print(f"\n[figures] elastic jobset of 2:3, seconds: {figures}")
+    print(f"\n[figures] elastic jobset of 2:3 under {gang['scheduler']}, seconds: {figures}")
 
     # The run ends: the first pod that succeeds completes the Job (and its JobSet).
     assert wait_for(lambda: terminal_state(cluster), 900, "the JobSet to end", interval=3) == "Completed"

@@ -103,21 +103,22 @@ def test_up_ends_saying_the_world_waits_in_its_queue_in_kueues_words(controllers
           "the world held back in its queue")  # fmt: skip
 
 
-def test_kueue_admits_an_elastic_job_partly_from_its_minimum(controllers_cluster, quota, pause_stack):
-    """nodes 2:4 in a quota of 3 pods: Kueue admits 3 of them (its partial admission, down to the
-    minimum the Job's annotation gives), lowers the Job's parallelism to 3, and 3 pods start."""
+def test_kueue_admits_a_job_with_spares_partly_down_to_its_world(controllers_cluster, quota, pause_stack):
+    """nodes 2 and 2 spare pods in a quota of 3 pods: Kueue admits 3 of the 4 (its partial admission,
+    down to the world the Job's annotation gives), lowers the Job's parallelism to 3, and 3 pods
+    start: the world and one spare. (An elastic world is refused with Kueue: it would keep that size.)"""
     cluster = controllers_cluster
     quota(3)
     queued = {"workload__kind": contract.INDEXED_JOB, **queued_namespace(cluster, "team-a"), **SMALL_PODS}
-    pause_stack.up(nodes="2:4", **queued)
-    workload = admitted(cluster, contract.INDEXED_JOB, "part of the elastic world")
+    pause_stack.up(nodes=2, workload__sparePods=2, **queued)
+    workload = admitted(cluster, contract.INDEXED_JOB, "the world and part of its spares")
     assert admitted_pods(workload) == 3
     job = get(cluster, "job", WORKLOAD, NAMESPACE)
     assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (3, 4)
     wait_for(lambda: world_running(cluster, 3), 300, "3 pods Running", interval=1)
     assert sorted(world_pods(cluster)) == [0, 1, 2]
     # an unchanged `up` leaves the admitted Job as Kueue made it
-    pause_stack.up(nodes="2:4", **queued)
+    pause_stack.up(nodes=2, workload__sparePods=2, **queued)
     assert get(cluster, "job", WORKLOAD, NAMESPACE)["metadata"]["uid"] == job["metadata"]["uid"]
     assert get(cluster, "job", WORKLOAD, NAMESPACE)["spec"]["parallelism"] == 3
 

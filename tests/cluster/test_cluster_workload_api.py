@@ -4,14 +4,16 @@ a cluster of its own), through the real engine, as a Job and as a JobSet.
 
 The stack writes a Workload of one PodGroup template and hands it to the Job controller, which
 makes the PodGroup of the world's pods: a world of 2 is bound whole; a lost pod's replacement joins
-it; a resize to 3 on a node with room for 2 (another pod holds the rest of its CPU) replaces the
-Workload and the Job, and no pod of the new world reaches the node, the status view giving the
+it; a resize to 3 on a node with room for 2 (another pod holds the rest of its CPU) changes the
+Workload's minCount in place and replaces the Job, and no pod of the new world reaches the node, the status view giving the
 scheduler's reason, until the CPU is given back and the world is bound whole. The control: the same
 world of 3 with `scheduler: none` gets 2 of its 3 pods bound, half a world holding the node. An
 elastic world of 2:3 is bound at 2 together or not at all and grows to 3 once there is room. The
 Job controller creates every pod at once, so only the scheduler holds them back.
 
-The pods run the pause image in place of the trainer.
+The pods run the pause image in place of the trainer, but in the elastic JobSet's journey
+(elastic_journey.py), which trains: admitted whole at its minimum, growing, shrinking at a lost pod
+and growing back, every sample of each epoch trained once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pytest
 
 from cluster_testing import (NAMESPACE, free_cpu_millis, get, kill_container, pause_pod_resources, place_placeholder,
                              placeholder_phase, pods, remove_placeholder, status_view, wait_for, world_pods, world_running)  # fmt: skip
+from elastic_journey import journey
 from ddp_infra import gang
 from ddp_infra.names import WORKLOAD_API_BETA
 from trainer import contract
@@ -117,11 +120,11 @@ def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api
              "the lost pod's replacement Running", interval=1)  # fmt: skip
 
     # Room for 2 of a world of 3 pods (counted with the world of 2 still running, which the new
-    # world replaces). The resize replaces the Workload (its minCount cannot change) and the Job.
+    # world replaces). The resize changes the Workload's minCount in place and replaces the Job.
     hold(cluster, placeholder, room_millis=2 * POD_CPU_MILLIS + POD_CPU_MILLIS // 2, replacing=2)
     workload_api_pause_stack.up(nodes=3, workload__kind=kind, **GANG, workload__waitFor="none")
     resized = the_workload(cluster)
-    assert resized["metadata"]["uid"] != workload["metadata"]["uid"]
+    assert resized["metadata"]["uid"] == workload["metadata"]["uid"]
     assert resized["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {"gang": {"minCount": 3}}
     why = held_back(cluster, 3)
     status = status_view(cluster, workload_api_pause_stack.outputs["statusCommand"])
@@ -180,3 +183,9 @@ def test_an_elastic_world_is_bound_at_its_minimum_together_or_not_at_all_and_gro
     wait_for(lambda: world_running(cluster, 3), 180, "the world grown to 3 Running", interval=1)
     print(f"\n[figures] Kubernetes gang, {WORKLOAD_API_BETA}, elastic 2:3: room for 1: none bound ({scheduled_condition_text(why)}); "
           f"room for 2: 2 bound {at_minimum:.1f} s after; room for 3: grown to 3 {time.monotonic() - started:.1f} s after")  # fmt: skip
+
+
+@pytest.mark.timeout(1500)
+def test_an_elastic_jobset_under_the_kubernetes_gang_starts_whole_at_its_minimum_grows_shrinks_and_trains_every_sample_once(
+        workload_api_cluster, workload_api_stack):  # fmt: skip
+    journey(workload_api_cluster, workload_api_stack, {"scheduler": "kubernetes"})

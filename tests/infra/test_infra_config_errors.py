@@ -152,7 +152,10 @@ MALFORMED = [
      "ddp-infra:scheduling.gang.scheduler", "'kueue'"),
     # an elastic world needs pods any subset of which can form it, and a scheduler that admits part of it
     ("elastic-statefulset", {"nodes": "2:4", "workload.kind": "statefulset"}, "ddp-infra:nodes", "'2:4'"),
+    # and a scheduler that grows it as capacity appears: Kueue admits a world once, at a size it keeps
     ("elastic-jobset-with-kueue", {"nodes": "2:4", "workload.kind": "jobset", "scheduling.gang.scheduler": "kueue", "scheduling.gang.queue": "team-a"},
+     "ddp-infra:nodes", "'2:4'"),
+    ("elastic-job-with-kueue", {"nodes": "2:4", "workload.kind": "job", "scheduling.gang.scheduler": "kueue", "scheduling.gang.queue": "team-a"},
      "ddp-infra:nodes", "'2:4'"),
     ("elastic-store-on-pod-0", {"nodes": "2:4", "workload.kind": "job", "rendezvous.store": "pod-0"}, "ddp-infra:nodes", "'2:4'"),
     ("elastic-static", {"nodes": "2:4", "workload.kind": "jobset", "rendezvous.backend": "static"}, "ddp-infra:nodes", "'2:4'"),
@@ -174,9 +177,6 @@ MALFORMED = [
     ("topology-slice-size-not-dividing-the-pods", {"scheduling.gang.scheduler": "kueue", "scheduling.gang.queue": "team-a", "nodes": 4,
                                                    "scheduling.topology": {"level": "block", "slice": {"level": "rack", "size": 3}}},
      "ddp-infra:scheduling.topology.slice.size", "3"),
-    ("topology-slice-of-an-elastic-world", {"scheduling.gang.scheduler": "kueue", "scheduling.gang.queue": "team-a", "nodes": "2:4",
-                                            "workload.kind": "job", "scheduling.topology": {"level": "block", "slice": {"level": "rack", "size": 2}}},
-     "ddp-infra:scheduling.topology.slice.size", "2"),
     ("topology-slice-size-zero", {"scheduling.gang.scheduler": "kueue", "scheduling.gang.queue": "team-a",
                                   "scheduling.topology": {"level": "block", "slice": {"level": "rack", "size": 0}}},
      "ddp-infra:scheduling.topology.slice.size", "0"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra_harness import evaluated, evaluated_with
+from infra_harness import evaluate, evaluated, evaluated_with, stack_config_with
 
 JOB = "kubernetes:batch/v1:Job"
 JOBSET = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
@@ -77,12 +77,15 @@ def test_volcano_admits_an_elastic_world_once_its_minimum_fits():
     assert elastic["minResources"] == of_its_minimum["minResources"]
 
 
-def test_kueue_may_admit_an_elastic_job_partly_down_to_its_minimum():
-    def job(nodes: str) -> dict:
-        evaluation = evaluated_with("dev", nodes=nodes, workload__kind="job", scheduling__gang={"scheduler": "kueue", "queue": "team-a"})
-        return evaluation.one(JOB).manifest
-
-    elastic, fixed = job("2:5"), job("5")
-    assert elastic["metadata"]["annotations"]["kueue.x-k8s.io/job-min-parallelism"] == "2"
-    assert elastic["spec"]["parallelism"] == 5 and elastic["spec"]["suspend"] is True
-    assert "kueue.x-k8s.io/job-min-parallelism" not in fixed["metadata"].get("annotations", {})
+@pytest.mark.parametrize("kind", ["job", "jobset"])
+def test_kueue_is_refused_for_an_elastic_world_it_would_never_grow(kind):
+    """Kueue admits a world once, at a size it keeps (KEP-77: partial admission fixes a Job's
+    parallelism at admission; its workload slices follow a parallelism someone else changes), so
+    an elastic world under it would never grow toward its maximum: refused, naming `nodes` and the
+    schedulers that grow it."""
+    evaluation = evaluate(stack_config_with("dev", nodes="2:5", workload__kind=kind, scheduling__gang={"scheduler": "kueue", "queue": "team-a"}))
+    assert evaluation.registered == []
+    (problem,) = [p for p in evaluation.error.problems if p.key == "ddp-infra:nodes"]
+    assert problem.given == "'2:5'"
+    assert "Kueue admits a world once, at a size it never grows" in problem.allowed
+    assert "use scheduler volcano, or kubernetes on a cluster serving scheduling.k8s.io/v1beta1" in problem.allowed
