@@ -28,9 +28,9 @@ CONTROLLERS_CLUSTER_FILES = (
 # (`workload_api_cluster`), off by default on a cluster.
 WORKLOAD_API_CLUSTER_FILES = ("test_cluster_workload_api.py",)
 # ...and those on the cluster of three nodes (`nodes_cluster`): the world across nodes, a lost pod or node.
-# Handed out after the Workload API's cluster (pause pods only): started beside the test and
-# controllers' clusters, its image import and training slowed the controllers' first journey
-# past its 300 s (a crash-looping pod's eviction, 116 s with the light cluster beside it).
+# Handed out after the Workload API's cluster (pause pods but in its last journey): started beside
+# the test and controllers' clusters, its image import and training slowed the controllers' first
+# journey past its 300 s (a crash-looping pod's eviction, 116 s with the light cluster beside it).
 NODES_CLUSTER_FILES = ("test_cluster_nodes.py",)
 # The trainer's longest files (several minutes each, real torchrun worlds): handed out first among
 # the trainer's units, with the engine's (5 minutes, one deployed stack), so that the run ends on a
