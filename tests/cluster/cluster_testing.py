@@ -280,6 +280,11 @@ def pods(cluster: LocalCluster, namespace: str, store: bool = False) -> dict[str
     return {pod["metadata"]["name"]: pod for pod in items if store or not is_store_pod(pod)}
 
 
+def bound(cluster: LocalCluster, namespace: str = NAMESPACE) -> list[str]:
+    """The namespace's pods (the world's and the tests' own, not the store's) that a scheduler has placed on a node."""
+    return [name for name, pod in pods(cluster, namespace).items() if pod["spec"].get("nodeName")]
+
+
 def is_store_pod(pod: dict[str, Any]) -> bool:
     return pod["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == STORE
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from cluster_testing import (
-    DISRUPTED_RUN, NAMESPACE, PLACEHOLDER, claim_path, cluster_state, free_cpu_millis, newest_checkpoint, paced, pods, jobset_status,
+    DISRUPTED_RUN, NAMESPACE, PLACEHOLDER, bound, claim_path, cluster_state, free_cpu_millis, newest_checkpoint, paced, pods, jobset_status,
     place_placeholder, placeholder_phase, remove_placeholder, resumes, terminal_state, wait_for, wait_for_checkpoint_after,
     world_pods,
 )  # fmt: skip
@@ -88,11 +88,6 @@ def journey(cluster, stack, gang: dict) -> None:
     finally:
         remove_placeholder(cluster)
         remove_placeholder(cluster, ONE_SHORT)
-
-
-def bound(cluster) -> list[str]:
-    """The world's pods that a scheduler has placed on a node."""
-    return [name for name, pod in world_pods(cluster).items() if pod["spec"].get("nodeName")]
 
 
 def _grow_shrink_grow(cluster, dev_stack, gang: dict) -> None:

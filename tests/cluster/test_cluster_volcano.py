@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from cluster_testing import NAMESPACE, WORKLOAD, apply, get, pause_pod_resources, pods, status_view, wait_for, world_pods, world_running
+from cluster_testing import NAMESPACE, WORKLOAD, apply, bound, get, pause_pod_resources, pods, status_view, wait_for, world_pods, world_running
 from ddp_infra import gang
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.controllers("volcano")]
@@ -44,11 +44,6 @@ def capability(controllers_cluster):
 
 def pod_group(cluster) -> dict:
     return get(cluster, "podgroups.scheduling.volcano.sh", WORKLOAD, NAMESPACE)
-
-
-def bound(cluster) -> list[str]:
-    """The world's pods that a scheduler has placed on the node."""
-    return [name for name, pod in pods(cluster, NAMESPACE).items() if pod["spec"].get("nodeName")]
 
 
 def test_volcano_binds_a_world_whole_or_not_at_all(controllers_cluster, capability, pause_stack):

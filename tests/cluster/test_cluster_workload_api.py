@@ -23,8 +23,8 @@ import time
 
 import pytest
 
-from cluster_testing import (NAMESPACE, free_cpu_millis, get, kill_container, pause_pod_resources, place_placeholder,
-                             placeholder_phase, pods, remove_placeholder, status_view, wait_for, world_pods, world_running)  # fmt: skip
+from cluster_testing import (NAMESPACE, bound, free_cpu_millis, get, kill_container, pause_pod_resources, place_placeholder,
+                             placeholder_phase, remove_placeholder, status_view, wait_for, world_pods, world_running)  # fmt: skip
 from elastic_journey import journey
 from ddp_infra import gang
 from ddp_infra.names import WORKLOAD_API_BETA
@@ -38,10 +38,6 @@ NO_GANG = {"scheduling__gang": {"scheduler": "none"}, **pause_pod_resources(f"{P
 POD_GROUPS = "podgroups.scheduling.k8s.io"  # not Volcano's podgroups.scheduling.volcano.sh
 WORKLOADS = "workloads.scheduling.k8s.io"
 HOLDS = ("hold-a", "hold-b")  # placeholders that give the CPU back one pod's worth at a time
-
-
-def bound(cluster) -> list[str]:
-    return [name for name, pod in pods(cluster, NAMESPACE).items() if pod["spec"].get("nodeName")]
 
 
 def pod_group(cluster) -> dict:
