@@ -265,6 +265,14 @@ def place_placeholder(cluster: LocalCluster, cpu_millis: int, name: str = PLACEH
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
 
 
+def hold_cpu(cluster: LocalCluster, held: dict[str, int]) -> None:
+    """Placeholder pods, each holding its CPU millis from the world, once every one of them runs."""
+    for name, cpu_millis in held.items():
+        place_placeholder(cluster, cpu_millis, name)
+    for name in held:
+        wait_for(lambda: placeholder_phase(cluster, name) == "Running", 120, f"the placeholder {name} holding its CPU Running")
+
+
 def remove_placeholder(cluster: LocalCluster, name: str = PLACEHOLDER) -> None:
     cluster.kubectl("delete", "pod", name, "-n", PLACEHOLDER_NAMESPACE, "--ignore-not-found", "--grace-period=0", "--force")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from cluster_testing import (
-    DISRUPTED_RUN, NAMESPACE, PLACEHOLDER, bound, claim_path, cluster_state, free_cpu_millis, newest_checkpoint, paced, pods, jobset_status,
+    DISRUPTED_RUN, NAMESPACE, PLACEHOLDER, bound, claim_path, cluster_state, free_cpu_millis, hold_cpu, newest_checkpoint, paced, pods, jobset_status,
     place_placeholder, placeholder_phase, remove_placeholder, resumes, terminal_state, wait_for, wait_for_checkpoint_after,
     world_pods,
 )  # fmt: skip
@@ -93,10 +93,7 @@ def journey(cluster, stack, gang: dict) -> None:
 def _grow_shrink_grow(cluster, dev_stack, gang: dict) -> None:
     figures: dict[str, float] = {}
     # Room for one pod: two pods' CPU, less a little, is left to the world, one of them held at first.
-    place_placeholder(cluster, free_cpu_millis(cluster) - 2 * POD_CPU_MILLIS - POD_CPU_MILLIS // 2)
-    place_placeholder(cluster, POD_CPU_MILLIS, ONE_SHORT)
-    for name in (PLACEHOLDER, ONE_SHORT):
-        wait_for(lambda: placeholder_phase(cluster, name) == "Running", 120, f"the placeholder {name} running")
+    hold_cpu(cluster, {PLACEHOLDER: free_cpu_millis(cluster) - 2 * POD_CPU_MILLIS - POD_CPU_MILLIS // 2, ONE_SHORT: POD_CPU_MILLIS})
     dev_stack.up(**ELASTIC, workload__kind=contract.JOBSET, scheduling__gang=gang, workload__waitFor="none")
     wait_for(lambda: len(world_pods(cluster)) == 3, 120, "the world's 3 pods created", interval=1)
     time.sleep(15)  # the scheduler has had tries

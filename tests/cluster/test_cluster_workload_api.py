@@ -23,8 +23,8 @@ import time
 
 import pytest
 
-from cluster_testing import (NAMESPACE, bound, free_cpu_millis, get, kill_container, pause_pod_resources, place_placeholder,
-                             placeholder_phase, remove_placeholder, status_view, wait_for, world_pods, world_running)  # fmt: skip
+from cluster_testing import (NAMESPACE, PLACEHOLDER, bound, free_cpu_millis, get, hold_cpu, kill_container, pause_pod_resources,
+                             remove_placeholder, status_view, wait_for, world_pods, world_running)  # fmt: skip
 from elastic_journey import journey
 from ddp_infra import gang
 from ddp_infra.names import WORKLOAD_API_BETA
@@ -75,25 +75,22 @@ def workloads(cluster) -> list[dict]:
 
 
 @pytest.fixture
-def placeholder(workload_api_cluster):
-    yield lambda cpu_millis, name="capacity-placeholder": place_placeholder(workload_api_cluster, cpu_millis, name)
-    for name in ("capacity-placeholder", *HOLDS):
+def placeholders(workload_api_cluster):
+    """The placeholder pods a test places (hold) are removed after it."""
+    yield
+    for name in (PLACEHOLDER, *HOLDS):
         remove_placeholder(workload_api_cluster, name)
 
 
-def hold(cluster, placeholder, room_millis: int, replacing: int = 0, one_pod_each: tuple[str, ...] = ()) -> None:
+def hold(cluster, room_millis: int, replacing: int = 0, one_pod_each: tuple[str, ...] = ()) -> None:
     """Holds the node's CPU but `room_millis` once the `replacing` pods of the world running now
     are gone, and one more pod's worth per name of `one_pod_each` (each given back on its own later)."""
     free = free_cpu_millis(cluster) + replacing * POD_CPU_MILLIS
-    placeholder(free - room_millis - POD_CPU_MILLIS * len(one_pod_each))
-    for name in one_pod_each:
-        placeholder(POD_CPU_MILLIS, name)
-    for name in ("capacity-placeholder", *one_pod_each):
-        wait_for(lambda: placeholder_phase(cluster, name) == "Running", 120, f"the placeholder {name} holding the CPU Running")
+    hold_cpu(cluster, {PLACEHOLDER: free - room_millis - POD_CPU_MILLIS * len(one_pod_each), **dict.fromkeys(one_pod_each, POD_CPU_MILLIS)})
 
 
 @pytest.mark.parametrize("kind", [contract.INDEXED_JOB, contract.JOBSET])
-def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api_cluster, workload_api_pause_stack, placeholder, kind):
+def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api_cluster, workload_api_pause_stack, placeholders, kind):
     cluster = workload_api_cluster
 
     # A world of 2 with room for it: bound whole, its pods in the PodGroup of the stack's Workload.
@@ -117,7 +114,7 @@ def test_the_kubernetes_scheduler_binds_a_world_whole_or_not_at_all(workload_api
 
     # Room for 2 of a world of 3 pods (counted with the world of 2 still running, which the new
     # world replaces). The resize changes the Workload's minCount in place and replaces the Job.
-    hold(cluster, placeholder, room_millis=2 * POD_CPU_MILLIS + POD_CPU_MILLIS // 2, replacing=2)
+    hold(cluster, room_millis=2 * POD_CPU_MILLIS + POD_CPU_MILLIS // 2, replacing=2)
     workload_api_pause_stack.up(nodes=3, workload__kind=kind, **GANG, workload__waitFor="none")
     resized = the_workload(cluster)
     assert resized["metadata"]["uid"] == workload["metadata"]["uid"]
@@ -157,10 +154,10 @@ def scheduled_condition_text(condition: dict) -> str:
 
 
 def test_an_elastic_world_is_bound_at_its_minimum_together_or_not_at_all_and_grows_as_room_appears(
-        workload_api_cluster, workload_api_pause_stack, placeholder):  # fmt: skip
+        workload_api_cluster, workload_api_pause_stack, placeholders):  # fmt: skip
     cluster = workload_api_cluster
     # Room for 1 pod of a world of 2:3, and two more pods' worth held one each.
-    hold(cluster, placeholder, room_millis=POD_CPU_MILLIS + POD_CPU_MILLIS // 2, one_pod_each=HOLDS)
+    hold(cluster, room_millis=POD_CPU_MILLIS + POD_CPU_MILLIS // 2, one_pod_each=HOLDS)
     workload_api_pause_stack.up(nodes="2:3", **GANG, workload__waitFor="none")
     assert the_workload(cluster)["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {"gang": {"minCount": 2}}
     why = held_back(cluster, 3)
