@@ -17,9 +17,10 @@ from typing import Any
 
 import torch
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import Subset
 
 from trainer import console, flops, seeding
+from trainer.batch_loader import batch_loader
 from trainer.checkpoint.record import CheckpointReason, CheckpointRecord
 from trainer.checkpoint.run_checkpoints import RunCheckpoints
 from trainer.distributed import Dist, sum_across
@@ -59,11 +60,11 @@ class Trainer:
         # from the global RNG that dropout uses, which a resumed epoch's extra start would shift.
         loader_rng = torch.Generator().manual_seed(cfg.seed + d.rank)
         train_set = IndexedDataset(task.train_set) if self.sample_record else task.train_set
-        self.loader = DataLoader(train_set, cfg.batch, sampler=self.sampler, drop_last=True, num_workers=cfg.workers,
-                                 pin_memory=pin, generator=loader_rng)  # fmt: skip
+        self.loader = batch_loader(train_set, cfg.batch, sampler=self.sampler, drop_last=True, num_workers=cfg.workers,
+                                   pin_memory=pin, generator=loader_rng)  # fmt: skip
         # each rank validates every world_size-th item: no padding, so the mean is over the exact set
         shard = Subset(task.val_set, range(d.rank, len(task.val_set), d.world_size))
-        self.val_loader = DataLoader(shard, cfg.batch, num_workers=cfg.workers, pin_memory=pin, generator=loader_rng)
+        self.val_loader = batch_loader(shard, cfg.batch, num_workers=cfg.workers, pin_memory=pin, generator=loader_rng)
         steps_per_epoch = self.sampler.steps_left()
         if steps_per_epoch == 0:
             raise ValueError(

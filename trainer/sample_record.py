@@ -35,7 +35,8 @@ FILE_NAME = re.compile(r"(\d+)-rank(\d+)\.jsonl")
 
 class IndexedDataset(Dataset):
     """A dataset whose item i is (i, dataset[i]): the default collate makes a batch of them [ids, the
-    dataset's own batch], so each sample's index goes with it through the loader's workers and prefetching."""
+    dataset's own batch], so each sample's index goes with it through the loader's workers and prefetching.
+    Given a list of indices (trainer/batch_loader.py), it answers that batch itself: [ids, dataset[indices]]."""
 
     def __init__(self, dataset: Dataset):
         self.dataset = dataset
@@ -43,7 +44,9 @@ class IndexedDataset(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index: int) -> tuple[int, Any]:
+    def __getitem__(self, index: int | list[int]) -> tuple[int, Any] | list[Any]:
+        if isinstance(index, list):
+            return [torch.tensor(index), self.dataset[index]]
         return index, self.dataset[index]
 
 
