@@ -20,7 +20,8 @@ def takes_index_lists(dataset: Dataset) -> bool:
     """Whether dataset[[i, j, ...]] is the batch of items i, j, ... as DataLoader's default collate makes it."""
     if isinstance(dataset, (Subset, IndexedDataset)):
         return takes_index_lists(dataset.dataset)
-    return isinstance(dataset, TensorDataset)
+    # a subclass with an indexing of its own (a transform per sample) is read as it reads itself
+    return isinstance(dataset, TensorDataset) and type(dataset).__getitem__ is TensorDataset.__getitem__
 
 
 def batch_loader(dataset: Dataset, batch: int, sampler: Sampler[int] | None = None, drop_last: bool = False, **options: Any) -> DataLoader:

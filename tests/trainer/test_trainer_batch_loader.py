@@ -12,14 +12,25 @@ from trainer.sample_record import IndexedDataset
 from trainer.sampler import EpochSampler
 
 
-class CountingTensorDataset(TensorDataset):
-    """A TensorDataset that counts how often it is indexed."""
+class Indexings:
+    """Counts TensorDataset's indexings while patched in."""
 
-    calls = 0
+    def __init__(self, monkeypatch):
+        self.calls, original = 0, TensorDataset.__getitem__
 
-    def __getitem__(self, index):
-        CountingTensorDataset.calls += 1
-        return super().__getitem__(index)
+        def counted(dataset, index):
+            self.calls += 1
+            return original(dataset, index)
+
+        monkeypatch.setattr(TensorDataset, "__getitem__", counted)
+
+
+class Noisy(TensorDataset):
+    """A TensorDataset of one's own with a transform per sample: read one index at a time."""
+
+    def __getitem__(self, index: int):
+        x, y = super().__getitem__(index)
+        return x + torch.randn(x.shape, generator=torch.Generator().manual_seed(index)), y
 
 
 class Squares(Dataset):
@@ -32,9 +43,9 @@ class Squares(Dataset):
         return torch.tensor(float(index)), torch.tensor(index * index)
 
 
-def data(samples: int = 100) -> CountingTensorDataset:
+def data(samples: int = 100, kind: type[TensorDataset] = TensorDataset) -> TensorDataset:
     generator = torch.Generator().manual_seed(3)
-    return CountingTensorDataset(torch.randn(samples, 6, generator=generator), torch.randint(0, 4, (samples,), generator=generator))
+    return kind(torch.randn(samples, 6, generator=generator), torch.randint(0, 4, (samples,), generator=generator))
 
 
 def same_batches(left: list, right: list) -> bool:
@@ -53,17 +64,17 @@ def sampler_of_rank_1() -> EpochSampler:
 
 
 @pytest.mark.parametrize("wrap", [lambda d: d, IndexedDataset], ids=["tensors", "with the sample record's ids"])
-def test_an_epoch_resumed_mid_way_gives_the_very_batches_of_a_sample_at_a_time_in_one_indexing_each(wrap):
+def test_an_epoch_resumed_mid_way_gives_the_very_batches_of_a_sample_at_a_time_in_one_indexing_each(wrap, monkeypatch):
     def epoch(loader_of) -> list:
         return list(loader_of(wrap(dataset), 8, sampler=sampler_of_rank_1(), drop_last=True))
 
     dataset = data()
     expected = epoch(DataLoader)
-    CountingTensorDataset.calls = 0
+    indexings = Indexings(monkeypatch)
     got = epoch(batch_loader)
     assert same_batches(got, expected)
     assert len(got) == len(sampler_of_rank_1()) // 8 > 1
-    assert CountingTensorDataset.calls == len(got)  # one indexing a batch, not 8
+    assert indexings.calls == len(got)  # one indexing a batch, not 8
 
 
 def test_a_validation_shard_keeps_its_last_short_batch():
@@ -73,7 +84,11 @@ def test_a_validation_shard_keeps_its_last_short_batch():
     assert [len(batch[1]) for batch in batch_loader(shard, 5)] == [5, 5, 5, 3]
 
 
-def test_a_dataset_that_takes_one_index_at_a_time_is_read_as_dataloader_reads_it():
-    assert not takes_index_lists(Squares()) and not takes_index_lists(IndexedDataset(Squares()))
+@pytest.mark.parametrize("dataset", [Squares(), data(40, Noisy)], ids=["a dataset of its own", "a TensorDataset with its own indexing"])
+def test_a_dataset_that_takes_one_index_at_a_time_is_read_as_dataloader_reads_it(dataset):
+    assert not takes_index_lists(dataset) and not takes_index_lists(IndexedDataset(dataset))
+    assert same_batches(list(batch_loader(dataset, 7, drop_last=True)), list(DataLoader(dataset, 7, drop_last=True)))
+
+
+def test_a_tensor_dataset_under_a_subset_and_the_sample_records_ids_takes_index_lists():
     assert takes_index_lists(Subset(IndexedDataset(data()), [1, 2]))
-    assert same_batches(list(batch_loader(Squares(), 7, drop_last=True)), list(DataLoader(Squares(), 7, drop_last=True)))
