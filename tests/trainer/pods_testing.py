@@ -14,6 +14,13 @@ def start_pod(spawn, pod_name: str, port: int, out_dir, args=SMOKE_ARGS, **env):
     return spawn(entrypoint_command(args), full_env, pod_name)
 
 
+def rank_0_text(*pods) -> str:
+    """The pods' logs together, for the lines only rank 0 writes ([TRAIN], [EPOCH], [CKPT]). On
+    loopback every pod advertises 127.0.0.1, so torchrun's rendezvous numbers the agents by pid:
+    pod 0's, started first, unless the pid counter wrapped in between (pid_max is 32768 here)."""
+    return "".join(pod.text() for pod in pods)
+
+
 RESTARTS = {c.MAX_RESTARTS.name: "2", c.PET_MAX_RESTARTS.name: "2"}
 # LONG_ARGS made long enough for a replacement to start and join as a spare before the run ends.
 SPARE_RUN = with_option(LONG_ARGS, "--epochs", "6")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from waiting import wait_for
 from trainer_testing import LONG_ARGS, SMOKE_ARGS, descendants, done_lines, epoch_records, free_port, resumed_lines, same_result, train_lines, worker_pids
-from pods_testing import SPARE_RUN, assert_both_ranks_end_with, start_pod, two_pods_past_step_16, wait_for_file
+from pods_testing import SPARE_RUN, assert_both_ranks_end_with, rank_0_text, start_pod, two_pods_past_step_16, wait_for_file
 
 from trainer import contract as c
 from trainer.hang_watch import EXIT_HUNG
@@ -102,7 +102,7 @@ def test_a_frozen_worker_is_found_by_the_hang_watch_and_the_world_re_forms_exact
 
     assert first.wait(240) == 0, first.text()
     assert second.wait(60) == 0, second.text()
-    resumed = resumed_lines(first.text() + second.text())
+    resumed = resumed_lines(rank_0_text(first, second))
     assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16
     assert_both_ranks_end_with((first, second), expected)
 
@@ -122,10 +122,10 @@ def test_a_worker_stuck_in_a_collective_with_a_vanished_peer_ends_at_once_on_sig
     os.kill(frozen, signal.SIGSTOP)
     (stuck,) = worker_pids(first.pid)
     # the stuck worker has reached a collective its peer never joins: its step count stops
-    first.wait_for(lambda text: train_lines(text), 60, "a [TRAIN] line")
-    steps = len(train_lines(first.text()))
+    wait_for(lambda: train_lines(rank_0_text(first, second)), 60, "a [TRAIN] line", interval=0.05, gone=first.ended)
+    steps = len(train_lines(rank_0_text(first, second)))
     time.sleep(3)
-    assert len(train_lines(first.text())) == steps and stuck in worker_pids(first.pid)
+    assert len(train_lines(rank_0_text(first, second))) == steps and stuck in worker_pids(first.pid)
     os.kill(stuck, signal.SIGTERM)
     wait_for(lambda: stuck not in descendants(first.pid), 30, "the stuck worker to end after its SIGTERM", interval=0.2)
     stopped = [line for line in first.text().splitlines() if line.startswith("[STOP]")]
@@ -154,7 +154,7 @@ def test_a_slowed_worker_is_named_as_a_straggler_in_the_train_lines(spawn, tmp_p
     # log is read behind the training), and in those the slowest rank is whichever this busy machine
     # slowed (seen: rank 0 named for steps 25 to 32, under a full run). So the slowed rank must be
     # named in most of the windows that name one, not in all.
-    throttled_from = max([16, *(int(line["global_step"]) for line in train_lines(first.text()))])
+    throttled_from = max([16, *(int(line["global_step"]) for line in train_lines(rank_0_text(first, second)))])
 
     def named(text: str) -> list[str]:
         return [line["straggler"].split("(")[0] for line in train_lines(text)
@@ -170,12 +170,13 @@ def test_a_slowed_worker_is_named_as_a_straggler_in_the_train_lines(spawn, tmp_p
     thread = threading.Thread(target=throttle, daemon=True)
     thread.start()
     try:
-        first.wait_for(lambda text: named(text).count(slowed) >= 2, 120, f"two [TRAIN] lines naming {slowed} a straggler")
+        wait_for(lambda: named(rank_0_text(first, second)).count(slowed) >= 2, 120, f"two [TRAIN] lines naming {slowed} a straggler",
+                 interval=0.05, gone=first.ended)
     finally:
         throttling.set()
         thread.join()
         os.kill(victim, signal.SIGCONT)
-    flagged = named(first.text())
+    flagged = named(rank_0_text(first, second))
     assert flagged.count(slowed) > len(flagged) / 2, flagged
     assert first.wait(240) == 0, first.text()
     assert second.wait(60) == 0, second.text()

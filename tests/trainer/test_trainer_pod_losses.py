@@ -21,7 +21,7 @@ from trainer_testing import (
     LONG_ARGS, SMOKE_ARGS, descendants, free_port, kill_tree, resumed_lines, start_store, stat_fields, store_at, worker_pids,
 )  # fmt: skip
 from pods_testing import (
-    RESTARTS, SPARE_RUN, assert_both_ranks_end_with, results_of, start_pod, two_pods_past_step_16, wait_for_file,
+    RESTARTS, SPARE_RUN, assert_both_ranks_end_with, rank_0_text, results_of, start_pod, two_pods_past_step_16, wait_for_file,
 )  # fmt: skip
 
 from trainer import contract as c
@@ -45,9 +45,8 @@ def test_losing_pod_0_and_its_store_re_forms_the_world_around_its_replacement(sp
     replacement = start_pod(spawn, "ddp-0", port, tmp_path, LONG_ARGS, **RESTARTS)
     assert replacement.wait(240) == 0, replacement.text()
     assert second.wait(60) == 0, second.text()
-    # On loopback both pods advertise 127.0.0.1, and rank 0 goes to the torchrun whose pid is lower
-    # (on a cluster, to pod 0, whose name sorts first): mostly pod 1's, started ahead, unless pids wrapped.
-    resumed = resumed_lines(replacement.text() + second.text())
+    # rank 0: pod 1's torchrun, started ahead with the lower pid (on a cluster, pod 0's: its name sorts first)
+    resumed = resumed_lines(rank_0_text(replacement, second))
     assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, replacement.text()[-4000:]
     assert_both_ranks_end_with((replacement, second), expected)
 
@@ -121,9 +120,7 @@ def test_losing_pod_1_with_no_grace_re_forms_the_world_around_its_replacement(sp
     replacement = start_pod(spawn, "ddp-1", port, tmp_path, LONG_ARGS, **RESTARTS)
     assert replacement.wait(240) == 0, replacement.text()
     assert first.wait(60) == 0, first.text()
-    # Rank 0 writes the resume line: pod 0's torchrun's, unless the replacement's pid is lower (pids
-    # wrap: pid_max is 32768 here; seen under a full run), since both advertise 127.0.0.1.
-    resumed = resumed_lines(first.text() + replacement.text())
+    resumed = resumed_lines(rank_0_text(first, replacement))  # the replacement's pid may sort first (seen)
     assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, first.text()[-4000:]
     assert "[DDP] re-joining" not in first.text()  # pod 0's torchrun re-formed the world itself
     assert_both_ranks_end_with((first, replacement), expected)
@@ -155,7 +152,7 @@ def test_losing_pod_0_with_the_store_apart_leaves_pod_1s_torchrun_to_let_the_rep
     assert second.wait(60) == 0, second.text()
     assert "[DDP] re-joining" not in second.text(), second.text()[-4000:]
     assert second.text().count("[DDP] torchrun ") == 1, "pod 1's first torchrun re-formed the world itself"
-    resumed = resumed_lines(replacement.text() + second.text())
+    resumed = resumed_lines(rank_0_text(replacement, second))
     assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, replacement.text()[-4000:]
     assert_both_ranks_end_with((replacement, second), expected)
     assert store.popen.poll() is None, "the store serves the world to its end"
@@ -178,7 +175,7 @@ def test_losing_the_store_apart_and_restarting_it_re_joins_both_pods_to_a_world_
         pod.wait_for(lambda text: "[DDP] re-joining" in text, 120, f"{pod.log.stem} re-joining after the loss of the store")
     assert first.wait(240) == 0, first.text()
     assert second.wait(60) == 0, second.text()
-    resumed = resumed_lines(first.text() + second.text())
+    resumed = resumed_lines(rank_0_text(first, second))
     assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, first.text()[-4000:]
     assert_both_ranks_end_with((first, second), expected)
 
@@ -279,7 +276,7 @@ def test_a_spare_takes_a_lost_pods_place_and_the_world_ends_as_an_uninterrupted_
 
     assert spare.wait(240) == 0, spare.text()[-4000:]
     assert kept.wait(60) == 0, kept.text()[-4000:]
-    resumed = resumed_lines(spare.text() + kept.text())
+    resumed = resumed_lines(rank_0_text(spare, kept))
     assert len(resumed) == 1 and int(resumed[0].split("ckpt-")[1][:8]) >= 16, kept.text()[-4000:]
     assert_both_ranks_end_with((spare, kept), expected)
     assert "[DDP] process " not in replacement.text(), "the replacement waited as the next spare"

@@ -14,7 +14,7 @@ import torch
 import yaml
 from infra_harness import evaluate
 from trainer_testing import EXAMPLE, PYTHON, REPO, clean_env, free_port, resumed_lines, run_to_end, uninterrupted_result, worker_pids
-from pods_testing import assert_both_ranks_end_with, two_pods_past_step_16
+from pods_testing import assert_both_ranks_end_with, rank_0_text, two_pods_past_step_16
 
 from trainer import distributed
 from trainer.load import read_card
@@ -134,7 +134,7 @@ def test_the_example_task_survives_a_killed_worker_and_ends_as_an_uninterrupted_
     os.kill(victims[0], signal.SIGKILL)
     assert first.wait(240) == 0, first.text()
     assert second.wait(60) == 0, second.text()
-    resumed = resumed_lines(first.text() + second.text())
+    resumed = resumed_lines(rank_0_text(first, second))
     assert resumed and int(resumed[-1].split("ckpt-")[1][:8]) >= 16, resumed
     assert_both_ranks_end_with((first, second), expected)
     card = read_card(tmp_path / "run" / "best")
