@@ -16,8 +16,8 @@ def start_pod(spawn, pod_name: str, port: int, out_dir, args=SMOKE_ARGS, **env):
 
 def rank_0_text(*pods) -> str:
     """The pods' logs together, for the lines only rank 0 writes ([TRAIN], [EPOCH], [CKPT]). On
-    loopback every pod advertises 127.0.0.1, so torchrun's rendezvous numbers the agents by pid:
-    pod 0's, started first, unless the pid counter wrapped in between (pid_max is 32768 here)."""
+    loopback every pod advertises 127.0.0.1, so torchrun's rendezvous numbers the agents by pid: the
+    torchrun started first, unless the pid counter wrapped in between (pid_max is 32768 here)."""
     return "".join(pod.text() for pod in pods)
 
 
