@@ -5,12 +5,15 @@ A pod runs the entrypoint, which runs torchrun in trainer/pod/agent.py, and ever
 from a fork server. Side by side, interleaved, the same pod (one pod of two workers training the
 smoke run for 4 steps, as the journeys' pods do) with:
   - forked: the product, the server forked from the agent once it imported torch
-    (trainer/pod/fork_server.py);
+    (trainer/pod/fork_server.py), holding what every worker imports on its way to its first step
+    (trainer/pod/launch.py's worker_preload);
+  - torch and the module alone: that server holding torch and the training module only, as it did
+    before, each worker importing torch._dynamo (DDP's constructor) and rank 0 TensorBoard itself;
   - spawned: Python's own fork server, a new interpreter importing torch and the trainer again
     (leaving without teardown too, as the product's did before).
 The figures are the pod's CPU seconds, every process it started included (this process is their
 subreaper and reaps them all), and its wall seconds to its end; medians over the rounds; the
-ratios are forked / spawned.
+ratios are forked / each other.
 Usage: nice .venv/bin/python bench/bench_fork_server.py [--rounds 5]
 """
 
@@ -46,15 +49,23 @@ def spawned(preload):
 
 fork_server.start_forked = spawned
 """
+# The server's preload as it was: torch and the training module.
+MODULE_ONLY = """
+import trainer.pod.launch as launch
+
+launch._EVERY_WORKERS[:] = ["torch"]
+launch._OWN_TRACKING[:] = []
+"""
 SPAWNED_EXIT = "import atexit\nfrom trainer.pod.quick_exit import flush_and_exit\natexit.register(flush_and_exit, 0)\n"
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def pod_seconds(how: str, site: Path) -> tuple[float, float]:
-    """CPU and wall seconds of one pod from its start to its last process's end."""
+def pod_seconds(site: Path | None) -> tuple[float, float]:
+    """CPU and wall seconds of one pod from its start to its last process's end, with `site`'s
+    sitecustomize in each of its processes."""
     out = tempfile.mkdtemp(prefix="bench-fork-")
     env = clean_env(**pod_env("bench-0", free_port(), nnodes=1, nproc=2), OUT_DIR=out, OMP_NUM_THREADS="1")
-    if how == "spawned":
+    if site:
         env["PYTHONPATH"] = f"{site}:{env['PYTHONPATH']}"
     before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     subprocess.run(entrypoint_command(RUN), env=env, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -72,20 +83,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    site = Path(tempfile.mkdtemp(prefix="bench-site-"))
-    (site / "sitecustomize.py").write_text(SPAWNED)
-    (site / "spawned_server_exit.py").write_text(SPAWNED_EXIT)
-    seconds: dict[str, list[tuple[float, float]]] = {"forked": [], "spawned": []}
-    for _ in range(args.rounds):  # interleaved: drift on a shared machine hits both alike
-        for how in seconds:
-            seconds[how].append(pod_seconds(how, site))
+    sites: dict[str, Path | None] = {"forked": None}
+    for how, files in (("torch and the module alone", {"sitecustomize.py": MODULE_ONLY}),
+                       ("spawned", {"sitecustomize.py": SPAWNED, "spawned_server_exit.py": SPAWNED_EXIT})):  # fmt: skip
+        sites[how] = Path(tempfile.mkdtemp(prefix="bench-site-"))
+        for name, text in files.items():
+            (sites[how] / name).write_text(text)
+    seconds: dict[str, list[tuple[float, float]]] = {how: [] for how in sites}
+    for _ in range(args.rounds):  # interleaved: drift on a shared machine hits all alike
+        for how, site in sites.items():
+            seconds[how].append(pod_seconds(site))
     cpu = {how: statistics.median(s[0] for s in runs) for how, runs in seconds.items()}
     wall = {how: statistics.median(s[1] for s in runs) for how, runs in seconds.items()}
-    print_table(
-        f"one pod of two workers, 4 steps of the smoke run, start to its last process's end, median of {args.rounds}",
-        [("CPU seconds, forked / spawned fork server", f"{cpu['forked']:.2f} / {cpu['spawned']:.2f} = {cpu['forked'] / cpu['spawned']:.2f}"),
-         ("wall seconds, forked / spawned fork server", f"{wall['forked']:.2f} / {wall['spawned']:.2f} = {wall['forked'] / wall['spawned']:.2f}")],  # fmt: skip
-    )
+    rows = []
+    for what, figures in (("CPU", cpu), ("wall", wall)):
+        for other in ("torch and the module alone", "spawned"):
+            rows.append((f"{what} seconds, forked / {other}",
+                         f"{figures['forked']:.2f} / {figures[other]:.2f} = {figures['forked'] / figures[other]:.2f}"))  # fmt: skip
+    print_table(f"one pod of two workers, 4 steps of the smoke run, start to its last process's end, median of {args.rounds}", rows)
 
 
 if __name__ == "__main__":

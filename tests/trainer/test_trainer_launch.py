@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
-from trainer_testing import SMOKE_ARGS, pod_env, store_apart
+from trainer_testing import REPO, SMOKE_ARGS, pod_env, store_apart
 
 from trainer import contract as c
 from trainer.entrypoint import resolve_world, torchrun_argv
@@ -115,17 +119,50 @@ def test_a_command_that_is_not_python_or_already_runs_in_the_agent_passes_verbat
     assert argv[-len(user) :] == user and "--run-path" not in argv[: -len(user)]
 
 
+def preload(user: list[str]) -> list[str]:
+    return worker_preload(torchrun_argv(world(), user)[3:])  # what the agent gets: after python -m <agent>
+
+
+OWN_PRELOAD = ["torch", "torch._dynamo", "trainer.train", "torch.utils.tensorboard"]
+
+
 def test_workers_are_forked_with_torch_and_only_the_products_own_module_imported():
     """A user's module may touch the GPU when imported: a process that did cannot fork workers that use it."""
-    def preload(user: list[str]) -> list[str]:
-        return worker_preload(torchrun_argv(world(), user)[3:])  # what the agent gets: after python -m <agent>
-
-    assert preload(SMOKE_ARGS) == ["torch", "trainer.train"]
-    assert preload(["-m", "mylab.train", "--lr", "1"]) == ["torch"]
-    assert preload(["/abs/train.py"]) == ["torch"]
+    assert preload(SMOKE_ARGS) == OWN_PRELOAD
+    assert preload(["-m", "mylab.train", "--lr", "1"]) == ["torch", "torch._dynamo"]
+    assert preload(["/abs/train.py"]) == ["torch", "torch._dynamo"]
     assert preload(["--no-python", "./train.sh"]) == []
     assert preload(["--start-method", "spawn", *SMOKE_ARGS]) == []  # no fork server then
-    assert preload(["--start_method=forkserver", *SMOKE_ARGS]) == ["torch", "trainer.train"]
+    assert preload(["--start_method=forkserver", *SMOKE_ARGS]) == OWN_PRELOAD
+
+
+# Imports the preload with every way torch asks for a CUDA device recorded: a server that had asked
+# could fork no worker that uses the GPU.
+PRELOAD_PROBE = """
+import json, sys, threading
+import torch
+asked = []
+def recording(name, ask):
+    def recorded(*args, **kwargs):
+        asked.append(name)
+        return ask(*args, **kwargs)
+    return recorded
+for name in ("device_count", "is_available", "_lazy_init", "current_device", "get_device_properties", "get_device_capability"):
+    setattr(torch.cuda, name, recording(name, getattr(torch.cuda, name)))
+torch._C._cuda_getDeviceCount = recording("_cuda_getDeviceCount", torch._C._cuda_getDeviceCount)
+for module in sys.argv[1:]:
+    __import__(module)
+print(json.dumps({"asked": asked, "initialized": torch.cuda.is_initialized(), "threads": threading.active_count(),
+                  "imported": [module for module in sys.argv[1:] if module in sys.modules]}))
+"""
+
+
+def test_the_fork_servers_imports_ask_for_no_device_and_start_no_thread():
+    """What the server imports before it forks workers leaves them free to use a GPU, and forks
+    no thread's state into them (a thread does not survive a fork; a lock it held stays held)."""
+    result = subprocess.run([sys.executable, "-c", PRELOAD_PROBE, *OWN_PRELOAD], capture_output=True, text=True, cwd=REPO, timeout=25)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == {"asked": [], "initialized": False, "threads": 1, "imported": OWN_PRELOAD}
 
 
 def test_a_torchrun_held_back_waits_for_its_go_with_the_same_command_line():

@@ -4,8 +4,9 @@ torchrun's `--start-method=forkserver` forks every worker from one server proces
 server is a new interpreter that imports its preload itself: torch again, beside the agent's own
 import of it, about 2 CPU-seconds on every pod at every start. Forked from the agent after torch
 is imported and before torchrun starts a thread, the server has torch in memory already, imports
-only the rest of the preload (the training module, where it is the product's own) while the agent
-goes on to the rendezvous, and serves multiprocessing's fork-server protocol as Python's does. It is
+only the rest of the preload (what every worker imports before its first step, and the training
+module where it is the product's own: trainer/pod/launch.py's worker_preload) while the agent goes
+on to the rendezvous, and serves multiprocessing's fork-server protocol as Python's does. It is
 named `ddp-fork-server` in ps and top (its command line is the agent's), and once its agent is
 gone it leaves without tearing its interpreter down (trainer/pod/quick_exit.py).
 """

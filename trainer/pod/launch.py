@@ -36,9 +36,13 @@ AWAIT_START, GO = "--await-start", "go"
 # The agent's exit code when it waited as a spare (SPARE_PODS) until the world it waited for ended
 # and closed its rendezvous: nothing failed, and nothing of this pod's succeeded.
 SPARE_UNUSED = 75
-# What the fork server imports: torch, and the training module where it is this product's own
-# (a user's module may touch the GPU as it is imported, and a forked process cannot use a GPU its
-# parent initialised).
+# What the fork server imports: torch, what every worker imports on its way to its first step
+# (torch._dynamo: DDP's constructor and an optimizer's first step import it, about a CPU-second),
+# and the training module where it is this product's own, with what its rank 0 imports to track
+# the run (a user's module may touch the GPU as it is imported, and a forked process cannot use a
+# GPU its parent initialised; none of these queries a device or starts a thread as it is imported).
+_EVERY_WORKERS = ["torch", "torch._dynamo"]
+_OWN_TRACKING = ["torch.utils.tensorboard"]
 _OWN_MODULES = "trainer."
 _NOT_PYTHON = ("--no-python", "--no_python", "--run-path", "--run_path")
 _START_METHOD = ("--start-method", "--start_method")
@@ -98,7 +102,7 @@ def worker_preload(agent_args: Sequence[str]) -> list[str]:
         return []
     after = target[1:]
     own = after[:1] == ["-m"] and len(after) > 1 and after[1].startswith(_OWN_MODULES)
-    return ["torch", after[1]] if own else ["torch"]
+    return [*_EVERY_WORKERS, after[1], *_OWN_TRACKING] if own else list(_EVERY_WORKERS)
 
 
 def held_back(argv: Sequence[str]) -> list[str]:
