@@ -7,8 +7,9 @@ smoke run for 4 steps, as the journeys' pods do) with:
   - forked: the product, the server forked from the agent once it imported torch
     (trainer/pod/fork_server.py), holding what every worker imports on its way to its first step
     (trainer/pod/launch.py's worker_preload);
-  - torch and the module alone: that server holding torch and the training module only, as it did
-    before, each worker importing torch._dynamo (DDP's constructor) and rank 0 TensorBoard itself;
+  - torch and the module alone: that server as it was, holding torch and the training module
+    only, each worker importing torch._dynamo (DDP's constructor) and rank 0 TensorBoard itself,
+    and nothing frozen out of the workers' garbage collections;
   - spawned: Python's own fork server, a new interpreter importing torch and the trainer again
     (leaving without teardown too, as the product's did before).
 The figures are the pod's CPU seconds, every process it started included (this process is their
@@ -49,15 +50,37 @@ def spawned(preload):
 
 fork_server.start_forked = spawned
 """
-# The server's preload as it was: torch and the training module.
+# The server as it was: torch and the training module, nothing frozen.
 MODULE_ONLY = """
+import gc
 import trainer.pod.launch as launch
 
 launch._EVERY_WORKERS[:] = ["torch"]
 launch._OWN_TRACKING[:] = []
+gc.freeze = lambda: None
 """
 SPAWNED_EXIT = "import atexit\nfrom trainer.pod.quick_exit import flush_and_exit\natexit.register(flush_and_exit, 0)\n"
 _PR_SET_CHILD_SUBREAPER = 36
+# A process that imported what the fork server holds forks a child, which runs one full garbage
+# collection: the MB of the pages it shared with its parent that the collection copied.
+COPIED_BY_A_COLLECTION = """
+import gc, os, sys
+from trainer.pod.launch import WORKER_SCRIPT, worker_preload
+for module in worker_preload(["--start-method=forkserver", "--run-path", str(WORKER_SCRIPT), "-m", "trainer.train"]):
+    __import__(module)
+if sys.argv[1] == "frozen":
+    gc.freeze()
+def private_dirty_kb():
+    return next(int(line.split()[1]) for line in open("/proc/self/smaps_rollup") if line.startswith("Private_Dirty"))
+pid = os.fork()
+if pid == 0:
+    before = private_dirty_kb()
+    gc.collect()
+    print((private_dirty_kb() - before) / 1024, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+os._exit(0)
+"""
 
 
 def pod_seconds(site: Path | None) -> tuple[float, float]:
@@ -76,6 +99,12 @@ def pod_seconds(site: Path | None) -> tuple[float, float]:
             break
     wall, after = time.monotonic() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
+
+
+def copied_by_a_collection(how: str) -> float:
+    out = subprocess.run([sys.executable, "-c", COPIED_BY_A_COLLECTION, how], cwd=REPO, env=clean_env(),
+                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    return float(out)
 
 
 def main() -> None:
@@ -101,6 +130,9 @@ def main() -> None:
             rows.append((f"{what} seconds, forked / {other}",
                          f"{figures['forked']:.2f} / {figures[other]:.2f} = {figures['forked'] / figures[other]:.2f}"))  # fmt: skip
     print_table(f"one pod of two workers, 4 steps of the smoke run, start to its last process's end, median of {args.rounds}", rows)
+    copied = {how: statistics.median(copied_by_a_collection(how) for _ in range(args.rounds)) for how in ("frozen", "not frozen")}
+    print_table(f"MB of a worker's pages shared with its fork server that its first full garbage collection copies, median of {args.rounds}",
+                [("frozen (gc.freeze in the server) / not frozen", f"{copied['frozen']:.1f} / {copied['not frozen']:.1f}")])
 
 
 if __name__ == "__main__":

@@ -174,11 +174,15 @@ def run_fork_probe(status: int) -> tuple[subprocess.CompletedProcess, list[str]]
 
 def test_workers_are_forked_from_a_server_that_has_imported_torch():
     """A worker (and every worker of a restarted world) starts with torch in memory, torch._dynamo
-    too (DDP's constructor and an optimizer's first step import it: a CPU-second in each worker):
-    forked from the fork server the agent forked, and named after its script."""
+    too (DDP's constructor and an optimizer's first step import it: a CPU-second in each worker),
+    the objects it inherits frozen out of its garbage collections' way: forked from the fork
+    server the agent forked, and named after its script."""
     result, forks = run_fork_probe(0)
     assert sorted(line.split()[1] for line in forks) == ["rank=0", "rank=1"], result.stdout + result.stderr
     for line in forks:
+        frozen = int(line.split(" frozen=", 1)[1].split()[0])
+        assert frozen > 100_000, line  # torch's and torch._dynamo's objects: about 350,000
+        line = line.replace(f" frozen={frozen}", "")
         assert "dynamo_before=True torch_before=True name=fork_probe.py argv=['0'] parent_name=ddp-fork-server parent=" in line, line
         assert "-m trainer.pod.agent " in line.split(" parent=", 1)[1], line  # the agent's command line: forked from it
     assert result.returncode == 0, result.stderr[-3000:]
