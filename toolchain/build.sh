@@ -150,8 +150,8 @@ build_cli() {
 # the proxy refuses it (2026-11: at every version), the host's package inside sdk/v3 at
 # $lang_fallback_version, the newest sdk/v3 that still contains it. That host reads the virtualenv
 # only from its -virtualenv flag, where CLIs since 3.209 send it inside each request, so it is
-# installed behind language-host-wrapper.sh, which passes the project's. The -exec script it runs
-# the program through is the pinned SDK's in both cases.
+# installed behind language-host-wrapper.sh, which passes the project's (install_host_wrapper). The
+# -exec script it runs the program through is the pinned SDK's in both cases.
 lang_fallback_version=3.79.0
 build_language_host() {
   local sdk
@@ -161,12 +161,36 @@ build_language_host() {
   else
     wrapped_build pulumi-language-python-v$lang_version "$lang_module" "github.com/pulumi/pulumi/sdk/v3@v$lang_version" "" \
       -tags osusergo,grpcnotrace -ldflags "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$lang_version"
-    sed "s/@HOST@/pulumi-language-python-v$lang_version/" "$here/build/language-host-wrapper.sh" >out/pulumi-language-python
-    chmod 0755 out/pulumi-language-python
   fi
   # The host runs the program through this script, which it looks for beside its own binary.
   sdk=$(module_dir "github.com/pulumi/pulumi/sdk/v3@v$pulumi_version")
   install -m 0755 "$sdk/python/cmd/pulumi-language-python-exec" out/
+}
+
+# The fallback host behind its wrapper, in the bin directory, with the script that answers its
+# question of the virtualenv's packages (python-packages.sh): written on every run, so that a change
+# to them rebuilds nothing. The CLI takes the host beside its own executable, the wrapper the
+# host binary and the scripts beside itself.
+install_host_wrapper() {
+  local host=pulumi-language-python-v$lang_version wrapper
+  link "$lang_dir/$host" "$host"
+  put 0755 "$here/build/python-packages.sh" "$bin_dir/python-packages"
+  put 0644 "$here/build/python-packages.py" "$bin_dir/python-packages.py"
+  wrapper=$(mktemp "$cache/.wrapper.XXXXXX")
+  sed "s/@HOST@/$host/" "$here/build/language-host-wrapper.sh" >"$wrapper"
+  put 0755 "$wrapper" "$bin_dir/pulumi-language-python"
+  rm -f "$wrapper"
+}
+
+# put MODE SOURCE DEST: DEST becomes a copy of SOURCE where it differs, by one rename (a link at
+# DEST replaced, not its target): a command that runs the tools meanwhile (a setup during the
+# tests) finds the old file or the new one, never a half-written one.
+put() {
+  if ! cmp -s "$2" "$3"; then
+    cp "$2" "$3.new"
+    chmod "$1" "$3.new"
+    mv -f "$3.new" "$3"
+  fi
 }
 
 build_yaml_host() {
@@ -386,7 +410,11 @@ if [ "$lang_from" = "$lang_dir" ]; then
 else
   echo "[toolchain] using the Python language host at $lang_from"
 fi
-link "$lang_from/pulumi-language-python" pulumi-language-python
+if [ "$lang_from" = "$lang_dir" ] && [ "$lang_version" != "$pulumi_version" ]; then
+  if [ -d "$lang_dir" ]; then install_host_wrapper; fi
+else
+  link "$lang_from/pulumi-language-python" pulumi-language-python
+fi
 link "$lang_from/pulumi-language-python-exec" pulumi-language-python-exec
 # A provider on PATH is one the engine takes as it is (an ambient plugin), whatever its version.
 # The one built here is installed as a plugin instead (see the end): the engine then takes it at
