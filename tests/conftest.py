@@ -8,6 +8,9 @@ The longest units are handed out first.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -103,6 +106,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # Lines a session leaves for the run's closing summary (a worker's reach the controller's).
 def pytest_configure(config: pytest.Config) -> None:
     config.summary_lines = []
+    if not hasattr(config, "workerinput"):
+        _processes_tmp(config)
+
+
+def _processes_tmp(config: pytest.Config) -> None:
+    """The temporary files of every process the run starts go into one directory, removed at its end:
+    torchrun leaves a directory of its workers' logs (torchelastic_*) and Python's fork server one of
+    its socket (pymp-*) in TMPDIR, more than a thousand a run. pytest's own (its basetemp, kept for
+    the last three runs) stays where it was."""
+    tempfile.gettempdir()  # this process's temporary directory, fixed before TMPDIR changes
+    config.processes_tmp = tempfile.mkdtemp(prefix="ddp-infra-tests-")
+    os.environ["TMPDIR"] = config.processes_tmp
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if processes_tmp := getattr(config, "processes_tmp", None):
+        shutil.rmtree(processes_tmp, ignore_errors=True)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
