@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -40,12 +41,39 @@ def test_decay_falls_on_2d_weights_only_never_on_biases_norms_or_embeddings():
     assert not decayed & kept
 
 
-def test_adamw_is_fused_on_cuda_only_and_takes_the_betas_given():
-    assert optimizer.adamw_options(torch.device("cuda", 0)) == {"fused": True}
-    assert optimizer.adamw_options(torch.device("cpu")) == {}
+def test_adamw_is_fused_on_cuda_and_the_cpu_and_takes_the_betas_given():
+    assert optimizer.adamw_options(torch.device("cuda", 0)) == optimizer.adamw_options(torch.device("cpu")) == {"fused": True}
+    assert optimizer.adamw_options(torch.device("meta")) == {}
     made = optimizer.make_adamw(GPT(TINY), lr=1e-3, weight_decay=0.1, betas=(0.9, 0.95), device=torch.device("cpu"))
     assert [g["weight_decay"] for g in made.param_groups] == [0.1, 0.0]
-    assert all(g["betas"] == (0.9, 0.95) for g in made.param_groups)
+    assert all(g["betas"] == (0.9, 0.95) and g["fused"] for g in made.param_groups)
+
+
+def test_the_fused_cpu_update_is_the_same_on_one_thread_and_on_two():
+    """A pod's processes train on as many threads as its CPU: the update must not depend on it."""
+    def trained(threads: int) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
+        adamw = optimizer.make_adamw(model, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.999), device=torch.device("cpu"))
+        data = torch.Generator().manual_seed(1)
+        for _ in range(4):
+            model(torch.randn(32, 64, generator=data)).square().mean().backward()
+            with torch_threads(threads):
+                adamw.step()
+            adamw.zero_grad()
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    assert torch.equal(trained(1), trained(2))
+
+
+@contextmanager
+def torch_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_the_lm_task_takes_the_usual_lm_betas_and_the_smoke_task_keeps_torchs():
