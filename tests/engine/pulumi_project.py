@@ -8,6 +8,7 @@ stacks or the user's clusters (KUBECONFIG points at a file the tests write, or a
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pwd
@@ -46,6 +47,7 @@ def cli_home() -> Path:
     return user_database_home() / ".pulumi"
 
 
+@functools.cache
 def toolchain_bin_dir() -> Path:
     build = REPO / "toolchain" / "build.sh"
     if not build.exists():
@@ -89,9 +91,22 @@ def sdk_minimum_cli() -> str:
     return str(_MINIMUM_VERSION)
 
 
+# The engines found, by the PATH, plugin directory and home they were looked for with.
+_ENGINES: dict[tuple[str, str | None, str | None], str] = {}
+
+
 def require_engine(env: dict[str, str]) -> str:
     """The `pulumi` CLI, once it is recent enough and the language host and the Kubernetes
-    provider it needs are there too; else a skip that names what is missing."""
+    provider it needs are there too; else a skip that names what is missing. Looked at once a
+    process for each PATH, plugin directory and home: two `pulumi` commands, 0.5 CPU-s, for each
+    of the suite's hundreds of projects."""
+    key = (env["PATH"], env.get("PULUMI_HOME"), env.get("HOME"))
+    if key not in _ENGINES:
+        _ENGINES[key] = _engine(env)
+    return _ENGINES[key]
+
+
+def _engine(env: dict[str, str]) -> str:
     pulumi = require_tool("pulumi", env["PATH"])
     done = subprocess.run([pulumi, "version"], env=env, capture_output=True, text=True, timeout=120)
     minimum = sdk_minimum_cli()
