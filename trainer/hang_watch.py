@@ -15,7 +15,9 @@ lowest-numbered rank that is not to blame prints the one `[HANG]` line.
 
 Before it exits, each rank that ends the world leaves the evidence an engineer reads afterwards:
 its Python stacks, every thread's (where the training thread waits: which collective, which
-step), in `<run>/hangs/<time>/rank-<r>.txt`, one directory for the world (the first rank to end it
+step), under a summary of its process group's flight recorder (the collectives it has not
+completed), in `<run>/hangs/<time>/rank-<r>.txt`, and the flight recorder's dump in torch's format
+in `flight-recorder/rank_<r>` beside it: one directory for the world (the first rank to end it
 names it in the store), which the `[HANG]` line names. A frozen rank leaves none: it cannot run.
 """
 
@@ -36,9 +38,9 @@ from typing import Callable, Iterator
 
 import torch.distributed as dist
 
-from trainer import console
+from trainer import console, flight_recorder
 from trainer import contract as c
-from trainer.lines import HANG
+from trainer.lines import HANG, HANG_EVIDENCE
 
 # The exit status of a rank that found the world hung: neither success nor a SIGTERM stop, so
 # torchrun restarts the world (the same status timeout(1) gives a command it ended).
@@ -46,6 +48,8 @@ EXIT_HUNG = 124
 
 RECENT_STEPS = 50
 STORE_TIMEOUT = timedelta(seconds=5)
+# Where each rank's flight recorder dump goes in a hang's directory, named rank_<r> as torch's analyzer reads them.
+FLIGHT_RECORDS = "flight-recorder"
 # A rank slower than the others' median by this factor (in its own forward passes) is a straggler.
 STRAGGLER_FACTOR = 1.5
 
@@ -280,7 +284,7 @@ class HangWatch:
             console.line(
                 f"{HANG} no training progress for {stalled:.0f} s (bound {bound:.0f} s) after global step {self._step}: {verdict.why}; "
                 f"rank {self.rank} ends the world (exit {EXIT_HUNG}) so it re-forms from its newest checkpoint"
-                + (f"; the live ranks' stacks: {evidence}/" if evidence else "")
+                + (f"{HANG_EVIDENCE}{evidence}/" if evidence else "")
             )
         self._exit(EXIT_HUNG)
 
@@ -296,17 +300,36 @@ class HangWatch:
         except Exception:
             pass  # its host is frozen: this rank's own time
         directory = self.evidence_dir / name
+        record, summary = _flight_record()
         try:
             directory.mkdir(parents=True, exist_ok=True)
+            if record is not None:
+                (directory / FLIGHT_RECORDS).mkdir(exist_ok=True)
+                (directory / FLIGHT_RECORDS / f"rank_{self.rank}").write_bytes(record)
             with open(directory / f"rank-{self.rank}.txt", "w") as out:
                 out.write(f"rank {self.rank} in pod {self.pods[self.rank]}: no progress for {stalled:.0f} s after "
                           f"global step {self._step}; {verdict.why}\n\n")  # fmt: skip
+                if record is not None:
+                    out.write(f"flight recorder (torch's, in {FLIGHT_RECORDS}/rank_{self.rank}):\n")
+                    out.writelines(f"{line}\n" for line in summary)
+                    out.write("\n")
                 out.flush()
                 faulthandler.dump_traceback(out, all_threads=True)
         except OSError as error:
-            console.line(f"{HANG} rank {self.rank}: its stacks not written to {directory}: {error}")
+            console.line(f"{HANG} rank {self.rank}: its evidence not written to {directory}: {error}")
             return None
         return directory
+
+
+def _flight_record() -> tuple[bytes | None, list[str]]:
+    """The process group's flight recorder dump and its summary; none where it cannot be read, which
+    never stops the teardown."""
+    try:
+        record = flight_recorder.dump()
+        return record, flight_recorder.summary(record) if record is not None else []
+    except Exception as error:
+        console.line(f"{HANG} no flight recorder dump: {error}")
+        return None, []
 
 
 def stragglers(forward_s: list[float]) -> list[tuple[int, float]]:

@@ -21,6 +21,7 @@ TORCHRUN_STARTED = "[DDP] torchrun "  # the pod starts torchrun, which waits for
 PROCESS_STARTED = "[DDP] process "  # a training process joined its world (trainer/train.py)
 STOPPED = "[STOP]"  # a SIGTERM stopped the rank (trainer/train.py, trainer/stop.py)
 HANG = "[HANG]"  # the hang watch's verdict (trainer/hang_watch.py)
+HANG_EVIDENCE = "; the live ranks' stacks and flight records: "  # ends a [HANG] line, before its evidence directory
 PREFLIGHT_WAITING = "[PREFLIGHT] waiting for"  # a pod waits for pod 0 to be reachable (trainer/pod/preflight.py)
 CKPT = "[CKPT]"  # the tag of every checkpoint line below, and of the store's skipped checkpoints
 
@@ -28,6 +29,11 @@ CKPT = "[CKPT]"  # the tag of every checkpoint line below, and of the store's sk
 def tagged(log: str, tag: str) -> list[str]:
     """The lines of a log that start with `tag` (`[DONE]`, `[TRAIN]`, `[CKPT] resumed from`), in order."""
     return [row for row in log.splitlines() if row.startswith(tag)]
+
+
+def hang_evidence(row: str) -> str:
+    """The evidence directory a `[HANG]` line names, without its trailing slash ("" where it names none)."""
+    return row.split(HANG_EVIDENCE, 1)[1].rstrip("/") if HANG_EVIDENCE in row else ""
 
 
 def key_values(row: str) -> dict[str, str]:

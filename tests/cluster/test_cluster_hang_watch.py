@@ -17,6 +17,8 @@ from cluster_testing import (
     pod_resumed_lines, resumed_step, run_dir, wait_for, wait_for_checkpoint_after, wait_for_reform, wait_for_world,
 )  # fmt: skip
 from trainer import contract
+from trainer.hang_watch import FLIGHT_RECORDS
+from trainer.lines import hang_evidence
 from trainer.outputs import HANGS
 
 pytestmark = pytest.mark.timeout(1500)
@@ -44,11 +46,15 @@ def test_a_frozen_pod_is_found_by_the_hang_watch_and_the_world_re_forms_exactly(
     assert len(hangs) == 1, hangs
     assert f"in pod {pod_1}" in hangs[0] and "(bound 30 s)" in hangs[0], hangs[0]
     # the live rank's stacks on the outputs claim, in the directory the line names under /out/<run>/hangs/
-    named = hangs[0].split("the live ranks' stacks: ")[1].rstrip("/")
+    named = hang_evidence(hangs[0])
     assert named.startswith(f"{contract.OUT_MOUNT}/{RUN}/{HANGS}/"), hangs[0]
     evidence = run_dir(cluster) / HANGS / named.rsplit("/", 1)[1]
-    (stacks,) = evidence.iterdir()  # the frozen rank's process left none
-    assert stacks.read_text().startswith(f"rank {stacks.stem.split('-')[1]} in pod {pod_0}: no progress for "), stacks.read_text()[:400]
+    (stacks,) = evidence.glob("rank-*.txt")  # the frozen rank's process left none
+    live = stacks.stem.split("-")[1]
+    assert stacks.read_text().startswith(f"rank {live} in pod {pod_0}: no progress for "), stacks.read_text()[:400]
+    # its flight recorder too: the collective it waited in, never completed, and torch's dump beside it
+    assert "  not completed: #" in stacks.read_text(), stacks.read_text()[:2000]
+    assert [path.name for path in (evidence / FLIGHT_RECORDS).iterdir()] == [f"rank_{live}"]
 
     assert wait_for(lambda: job_condition(cluster), 900, "the Job to end", interval=3) == "Complete"
     finals = final_done_lines(cluster)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import signal
 import threading
 import time
@@ -22,7 +23,8 @@ from trainer_testing import LONG_ARGS, SMOKE_ARGS, descendants, done_lines, epoc
 from pods_testing import SPARE_RUN, assert_both_ranks_end_with, rank_0_text, start_pod, two_pods_past_step_16, wait_for_file
 
 from trainer import contract as c
-from trainer.hang_watch import EXIT_HUNG
+from trainer.hang_watch import EXIT_HUNG, FLIGHT_RECORDS
+from trainer.lines import hang_evidence
 
 
 @pytest.mark.timeout(240)
@@ -92,13 +94,20 @@ def test_a_frozen_worker_is_found_by_the_hang_watch_and_the_world_re_forms_exact
     # far past depends on how soon the freeze lands on a loaded machine)
     assert f"exit {EXIT_HUNG}" in hang and int(hang.split("bound 30 s) after global step ")[1].split(":")[0]) >= 16, hang
     # the live rank's stacks, every thread's, where the line says: the training thread waits in the step's collective
-    evidence = Path(hang.split("the live ranks' stacks: ")[1].rstrip("/"))
+    evidence = Path(hang_evidence(hang))
     assert evidence.parent == tmp_path / "run" / "hangs", hang
     live = 1 - frozen_rank
-    assert [path.name for path in evidence.iterdir()] == [f"rank-{live}.txt"]  # the frozen rank could leave none
+    # the frozen rank could leave none
+    assert sorted(str(path.relative_to(evidence)) for path in evidence.rglob("*")) == [FLIGHT_RECORDS, f"{FLIGHT_RECORDS}/rank_{live}", f"rank-{live}.txt"]
     stacks = (evidence / f"rank-{live}.txt").read_text()
     assert stacks.startswith(f"rank {live} in pod ddp-0: no progress for "), stacks[:400]
     assert "in _watch_loop" in stacks and "trainer/loop.py" in stacks and "trainer/step.py" in stacks, stacks
+    # above them the flight recorder's summary: the live rank's last collective, enqueued and never completed (its
+    # peer never joined), and torch's dump of it beside them
+    recorded = stacks.split(f"flight recorder (torch's, in {FLIGHT_RECORDS}/rank_{live}):\n")[1].split("\n\n")[0].splitlines()
+    enqueued, completed = (int(recorded[0].split(f"{word} #")[1].split(",")[0]) for word in ("enqueued collective", "completed"))
+    assert enqueued > completed and f"  not completed: #{enqueued} gloo:" in stacks, recorded
+    assert pickle.loads((evidence / FLIGHT_RECORDS / f"rank_{live}").read_bytes())["pg_status"]["0"]["last_enqueued_collective"] == enqueued
 
     assert first.wait(240) == 0, first.text()
     assert second.wait(60) == 0, second.text()
