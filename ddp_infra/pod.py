@@ -298,9 +298,11 @@ def fetch_data_container(config: StackConfig, trainer: dict[str, Any]) -> list[d
         "command": ["python", "-m", "trainer.fetch"],
         "args": ["--url", source.url, "--sha256", source.sha256, "--into", f"{contract.DATA_MOUNT}/{source.directory}",
                  *(["--endpoint", source.endpoint] if source.endpoint else [])],
-        # an object store's credentials, as AWS's SDKs read them, from the stack's env and secretEnv
+        # an object store's credentials, as AWS's SDKs read them, from the stack's env and secretEnv;
+        # the pod's name, which the claim's record of the fetch keeps
         "env": [{"name": name, "value": value} for name, value in PROGRAM_ENV.items()]
-               + [copy.deepcopy(entry) for entry in trainer["env"] if entry["name"].startswith(contract.AWS_PREFIX)],
+               + [copy.deepcopy(entry) for entry in trainer["env"]
+                  if entry["name"].startswith(contract.AWS_PREFIX) or entry["name"] == contract.POD_NAME.name],
         "resources": amounts,
         "volumeMounts": mounts,
         "securityContext": copy.deepcopy(trainer["securityContext"]),

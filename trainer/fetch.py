@@ -7,9 +7,9 @@ The source is an http(s) URL of an archive or a file, or an object store prefix,
 is the file's, or a prefix's tree digest: `python -m trainer.fetch --digest DIR` prints it for the
 directory one uploaded (each file's path and SHA-256, sorted by path, hashed).
 
-Fetched once: `/data/.fetched/NAME.json` records what NAME holds (its URL and SHA-256); a pod that
-finds it there, for the same SHA-256, fetches nothing. One pod fetches at a time (an flock on the
-claim); the others wait, then find the record. A download is verified before anything on the claim
+Fetched once: `/data/.fetched/NAME.json` records what NAME holds (its URL and SHA-256) and which
+pod fetched it (POD_NAME); a pod that finds it there, for the same SHA-256, fetches nothing. One pod
+fetches at a time (an flock on the claim); the others wait, then find the record. A download is verified before anything on the claim
 changes: a SHA-256 that differs, or a source that cannot be reached after a few tries, fails the
 container with the reason as its last line (the pod's status shows it). An archive (.tar, .tar.gz,
 .tgz, .tar.bz2, .tar.xz, .zip) is unpacked beside NAME and renamed into place; a file is copied
@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import sys
 import tarfile
 import time
@@ -32,7 +33,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from trainer import object_store
+from trainer import contract as c, object_store
 from trainer.checkpoint.durable import fsync_directory, write_text_atomically
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
@@ -69,7 +70,8 @@ def fetch(url: str, sha256: str, into: Path, endpoint: str | None = None, tries:
         if into.exists() or into.is_symlink():
             into.rename(_aside(records, into.name))
         os.rename(staged, into)
-        write_text_atomically(record, json.dumps({"url": url, "sha256": sha256, "bytes": size}) + "\n", records / f"{into.name}.json.partial")
+        fetched = {"url": url, "sha256": sha256, "bytes": size, "pod": os.environ.get(c.POD_NAME.name) or socket.gethostname()}
+        write_text_atomically(record, json.dumps(fetched) + "\n", records / f"{into.name}.json.partial")
         fsync_directory(records)
         fsync_directory(into.parent)
         return f"[DATA] {into}: fetched {url} ({size} bytes, sha256 {sha256[:12]}) in {time.monotonic() - started:.1f}s"

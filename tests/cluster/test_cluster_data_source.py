@@ -80,19 +80,31 @@ def object_store(image: str, buckets: Path) -> list[dict]:
     ]  # fmt: skip
 
 
-def fetch_lines(cluster, failed: bool = False) -> list[str]:
-    """What each pod's fetch-data init container said, pod by pod (with `failed`, failed pods' too)."""
+def fetch_said(cluster, failed: bool = False) -> dict[str, list[str]]:
+    """What each pod's fetch-data init container said, by pod (with `failed`, failed pods' too)."""
     chosen = pods(cluster, NAMESPACE).values() if failed else world_pods(cluster).values()
-    return [line for pod in chosen if pod["spec"].get("initContainers")
-            for line in cluster.kubectl("logs", pod["metadata"]["name"], "-n", NAMESPACE, "-c", "fetch-data", check=False).stdout.splitlines()]  # fmt: skip
+    return {pod["metadata"]["name"]: cluster.kubectl("logs", pod["metadata"]["name"], "-n", NAMESPACE, "-c", "fetch-data", check=False).stdout.splitlines()
+            for pod in chosen if pod["spec"].get("initContainers")}  # fmt: skip
 
 
-def fetched_once(cluster, source: str) -> None:
-    """The pods of the world share the claim: one fetched `source`, every other found it there.
-    Counted over the Job's failed pods too: a pod that fetched and then failed (its trainer, beside
-    the suite's other workers) is replaced by one that finds the data present."""
-    said = sorted(line.split(": ", 1)[1].split(" (")[0] for line in fetch_lines(cluster, failed=True))
-    assert said.count(f"fetched {source}") == 1 and set(said) == {f"fetched {source}", "present"} and len(said) >= 2, said
+def fetch_lines(cluster, failed: bool = False) -> list[str]:
+    return [line for said in fetch_said(cluster, failed).values() for line in said]
+
+
+def fetched_once(cluster, source: str, into: str) -> None:
+    """The pods of the world share the claim: one fetch of `source` landed in `into`, and the pod
+    that fetched it is the one its record names. Counted over the Job's failed pods too: a pod that
+    fetched and then failed (its trainer, beside the suite's other workers) is replaced by one that
+    finds the data present. The pod that fetched may be gone: after an `up` that changed the
+    stack's Secret, the replaced world's Job can start a pod that reads the new Secret before the
+    Job is deleted (seen once in CI, the right credentials after wrong ones), and its log goes with it."""
+    fetched = claim_path(cluster, NAMESPACE, "datasets-pvc") / ".fetched"
+    record = json.loads((fetched / f"{into}.json").read_text())
+    assert record["url"] == source and not list(fetched.glob(f"{into}.replaced-*")), (record, sorted(fetched.iterdir()))
+    said = {pod: sorted(line.split(": ", 1)[1].split(" (")[0] for line in lines) for pod, lines in fetch_said(cluster, failed=True).items()}
+    assert all(lines and set(lines) <= {f"fetched {source}", "present"} for lines in said.values()) and len(said) >= 2, said
+    fetchers = [pod for pod, lines in said.items() if f"fetched {source}" in lines]
+    assert fetchers == ([record["pod"]] if record["pod"] in said else []), (record, said)
 
 
 def gets(cluster) -> int:
@@ -128,7 +140,7 @@ def test_a_source_fills_the_claim_once_and_a_bad_one_fails_the_world_with_its_re
         ended = wait_for(lambda: job_condition(cluster), 600, "the Job to end", interval=3)
         assert ended == "Complete", f"{fetch_lines(cluster, failed=True)}\n{cluster_state(cluster)}\n" + "\n".join(
             all_logs(cluster, NAMESPACE, pod["metadata"]["name"])[-2000:] for pod in world_pods(cluster).values())
-        fetched_once(cluster, url)
+        fetched_once(cluster, url, "corpus")
         corpus = claim_path(cluster, NAMESPACE, "datasets-pvc") / "corpus"
         assert (corpus / "train.jsonl").read_bytes() == (tmp_path / "corpus" / "train.jsonl").read_bytes()
         assert "[DONE]" in all_logs(cluster, NAMESPACE, world_pods(cluster)[0]["metadata"]["name"])
@@ -165,7 +177,7 @@ def test_a_source_fills_the_claim_once_and_a_bad_one_fails_the_world_with_its_re
                 assert reason in status, status
                 assert not (corpus.parent / "corpus-s3").exists()
         assert wait_for(lambda: job_condition(cluster), 600, "the Job on the prefix's corpus to end", interval=3) == "Complete"
-        fetched_once(cluster, "s3://corpora/web/v1/")
+        fetched_once(cluster, prefix["url"], prefix["into"])
         for name in ("train.jsonl", "val.jsonl"):  # (the trainer added its token cache beside them)
             assert (corpus.parent / "corpus-s3" / name).read_bytes() == (tmp_path / "corpus" / name).read_bytes(), name
         assert "[DONE]" in all_logs(cluster, NAMESPACE, world_pods(cluster)[0]["metadata"]["name"])

@@ -33,6 +33,9 @@ def test_a_source_fills_the_claim_in_an_init_container_before_the_trainer(kind):
         assert fetch["resources"][amounts] == {k: v for k, v in trainer["resources"][amounts].items() if k in ("cpu", "memory")}
     assert fetch["volumeMounts"] == [{"name": "datasets", "mountPath": "/data", "readOnly": False}, {"name": "tmp", "mountPath": "/tmp"}]
     assert fetch["securityContext"] == trainer["securityContext"] and fetch["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    # its pod's name, as the trainer reads it, for the record of who fetched the data
+    (pod_name,) = [entry for entry in fetch["env"] if entry["name"] == contract.POD_NAME.name]
+    assert pod_name == {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} and pod_name in trainer["env"]
     assert pod_security_level(spec) == RESTRICTED
     harness.validate_manifest(evaluation.workload.manifest)
 
@@ -47,7 +50,7 @@ def test_an_object_store_prefix_is_fetched_with_its_endpoint_and_the_stacks_aws_
     fetch, trainer = evaluation.pod_spec["initContainers"][0], evaluation.container
     assert fetch["args"] == ["--url", prefix["url"], "--sha256", SHA256, "--into", "/data/v3", "--endpoint", prefix["endpoint"]]
     handed = {entry["name"]: entry for entry in fetch["env"]}
-    assert {name for name in handed if name != "HOME"} == {"AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    assert {name for name in handed if name != "HOME"} == {"AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "POD_NAME"}
     assert all(handed[name] == entry for entry in trainer["env"] if (name := entry["name"]) in handed and name != "HOME")
     assert "value" not in handed["AWS_SECRET_ACCESS_KEY"], "read from the stack's Secret, as the trainer reads it"
 

@@ -76,7 +76,8 @@ def archive(path: Path, files: dict[str, bytes]) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_an_archive_is_fetched_verified_and_unpacked_once(served, tmp_path):
+def test_an_archive_is_fetched_verified_and_unpacked_once(served, tmp_path, monkeypatch):
+    monkeypatch.setenv("POD_NAME", "trainer-0-x7k2p")  # as the fetch-data container has it
     sha = archive(served.root / "corpus.tar.gz", {"train.jsonl": b'{"text": "a"}\n', "val/val.jsonl": b'{"text": "b"}\n'})
     data = tmp_path / "data"
     data.mkdir()
@@ -84,7 +85,10 @@ def test_an_archive_is_fetched_verified_and_unpacked_once(served, tmp_path):
     assert said.startswith(f"[DATA] {data / 'corpus'}: fetched {served.url('corpus.tar.gz')} (") and f"sha256 {sha[:12]}" in said
     assert (data / "corpus" / "train.jsonl").read_bytes() == b'{"text": "a"}\n'
     assert (data / "corpus" / "val" / "val.jsonl").read_bytes() == b'{"text": "b"}\n'
-    assert json.loads((data / ".fetched" / "corpus.json").read_text())["sha256"] == sha
+    record = json.loads((data / ".fetched" / "corpus.json").read_text())
+    # what it holds, and which pod fetched it
+    assert record == {"url": served.url("corpus.tar.gz"), "sha256": sha, "bytes": (served.root / "corpus.tar.gz").stat().st_size,
+                      "pod": "trainer-0-x7k2p"}  # fmt: skip
     again = fetch(served.url("corpus.tar.gz"), sha, data / "corpus")
     assert again == f"[DATA] {data / 'corpus'}: present ({served.url('corpus.tar.gz')}, sha256 {sha[:12]}), not fetched again"
     assert served.gets == {"/corpus.tar.gz": 1}
