@@ -95,9 +95,10 @@ def fetched_once(cluster, source: str, into: str) -> None:
     """The pods of the world share the claim: one fetch of `source` landed in `into`, and the pod
     that fetched it is the one its record names. Counted over the Job's failed pods too: a pod that
     fetched and then failed (its trainer, beside the suite's other workers) is replaced by one that
-    finds the data present. The pod that fetched may be gone: after an `up` that changed the
-    stack's Secret, the replaced world's Job can start a pod that reads the new Secret before the
-    Job is deleted (seen once in CI, the right credentials after wrong ones), and its log goes with it."""
+    finds the data present. The pod that fetched may be gone: an `up` that fixes the stack's Secret
+    updates it before it replaces the failed world's Job, which meanwhile starts pods that read it
+    (the Secret alone fixed under such a Job, its next pod fetched 18 s later), and that pod's log
+    goes with its Job: in CI, every pod left said `present`."""
     fetched = claim_path(cluster, NAMESPACE, "datasets-pvc") / ".fetched"
     record = json.loads((fetched / f"{into}.json").read_text())
     assert record["url"] == source and not list(fetched.glob(f"{into}.replaced-*")), (record, sorted(fetched.iterdir()))
