@@ -8,12 +8,12 @@ is the file's, or a prefix's tree digest: `python -m trainer.fetch --digest DIR`
 directory one uploaded (each file's path and SHA-256, sorted by path, hashed).
 
 Fetched once: `/data/.fetched/NAME.json` records what NAME holds (its URL and SHA-256) and which
-pod fetched it (POD_NAME); a pod that finds it there, for the same SHA-256, fetches nothing. One pod
-fetches at a time (an flock on the claim); the others wait, then find the record. A download is verified before anything on the claim
-changes: a SHA-256 that differs, or a source that cannot be reached after a few tries, fails the
-container with the reason as its last line (the pod's status shows it). An archive (.tar, .tar.gz,
-.tgz, .tar.bz2, .tar.xz, .zip) is unpacked beside NAME and renamed into place; a file is copied
-into NAME. What NAME held before is never deleted: it is moved to `/data/.fetched/NAME.replaced-<time>`.
+pod fetched it (POD_NAME); a pod that finds it there, for the same SHA-256, fetches nothing. One
+pod fetches at a time (an flock on the claim); the others wait, then find the record. A download
+is verified before anything on the claim changes: a SHA-256 that differs, or a source that cannot
+be reached after a few tries, fails the container with the reason as its last line (the pod's
+status shows it). An archive (.tar, .tar.gz, .tgz, .tar.bz2, .tar.xz, .zip) is unpacked beside
+NAME and renamed into place; a file is copied into NAME. What NAME held before is never deleted: it is moved to `/data/.fetched/NAME.replaced-<time>`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ sizes and dtypes, its state) in a ring buffer of `TORCH_FR_BUFFER_SIZE` entries 
 Gloo's and NCCL's alike). Dumped by each rank of a hung world, it says which collective each one
 waits in and which the others never reached. `dump()` gives torch's own pickle, the format its
 analyzer reads (`python -m torch.distributed.flight_recorder.fr_trace DIR`, one `rank_<r>` file per
-rank); `summary()` is the part an engineer reads first, written above the rank's stacks.
+rank); `summary()` is the part an engineer reads first, written above the rank's stacks; `read()`
+gives both.
 """
 
 from __future__ import annotations
@@ -17,10 +18,24 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from trainer import console
+from trainer.lines import HANG
+
+
+def read() -> tuple[bytes | None, list[str]]:
+    """The dump and its summary, for a hang's evidence; none where they cannot be read, which never
+    stops the hang watch's teardown."""
+    try:
+        record = dump()
+        return record, summary(record) if record is not None else []
+    except Exception as error:
+        console.line(f"{HANG} no flight recorder dump: {error}")
+        return None, []
+
 
 def dump() -> bytes | None:
-    """This process's flight recorder in torch's pickle format; None without a process group or a
-    torch that records (the recorder is off with TORCH_FR_BUFFER_SIZE=0: then it holds no entries)."""
+    """This process's flight recorder in torch's pickle format; None without a process group, or
+    where this torch has no recorder to read."""
     if not dist.is_available() or not dist.is_initialized():
         return None
     c10d = torch._C._distributed_c10d

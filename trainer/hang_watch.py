@@ -300,7 +300,7 @@ class HangWatch:
         except Exception:
             pass  # its host is frozen: this rank's own time
         directory = self.evidence_dir / name
-        record, summary = _flight_record()
+        record, summary = flight_recorder.read()
         try:
             directory.mkdir(parents=True, exist_ok=True)
             if record is not None:
@@ -319,17 +319,6 @@ class HangWatch:
             console.line(f"{HANG} rank {self.rank}: its evidence not written to {directory}: {error}")
             return None
         return directory
-
-
-def _flight_record() -> tuple[bytes | None, list[str]]:
-    """The process group's flight recorder dump and its summary; none where it cannot be read, which
-    never stops the teardown."""
-    try:
-        record = flight_recorder.dump()
-        return record, flight_recorder.summary(record) if record is not None else []
-    except Exception as error:
-        console.line(f"{HANG} no flight recorder dump: {error}")
-        return None, []
 
 
 def stragglers(forward_s: list[float]) -> list[tuple[int, float]]:
