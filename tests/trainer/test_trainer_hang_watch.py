@@ -6,25 +6,18 @@ test_trainer_multinode.py; the local cluster's in tests/cluster/test_cluster_wor
 
 from __future__ import annotations
 
-import pickle
-import subprocess
-import sys
 import threading
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-from flight_recorder_probe import COMPLETED_BEFORE
-from trainer_testing import clean_env, free_port
+from trainer_testing import free_port
 from waiting import wait_for
 
-from trainer import contract as c, flight_recorder
+from trainer import contract as c
 from trainer.lines import HANG_EVIDENCE
 from trainer.hang_watch import EXIT_HUNG, HangLimits, HangWatch, Heartbeat, judge, stragglers
-
-FLIGHT_RECORDER_PROBE = Path(__file__).with_name("flight_recorder_probe.py")
 
 
 def test_the_bound_is_ten_slowest_steps_kept_between_floor_and_ceiling():
@@ -237,34 +230,3 @@ def test_a_world_of_one_or_a_zero_ceiling_starts_no_watch():
             watch.beat(1)
         assert not watch.enabled
     assert exits == []
-
-
-@pytest.mark.timeout(120)
-def test_the_flight_recorder_names_the_collective_a_rank_waits_in_and_clears_once_it_completed(tmp_path):
-    """Two real Gloo ranks (flight_recorder_probe.py): rank 0's dump while its fourth all-reduce
-    waits for rank 1 says so, in torch's pickle and in the summary; its dump after it completed
-    names nothing outstanding."""
-    port = free_port()
-    ranks = [subprocess.Popen([sys.executable, str(FLIGHT_RECORDER_PROBE), str(rank), str(port), str(tmp_path)], env=clean_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]  # fmt: skip
-    try:
-        outputs = [rank.communicate(timeout=90)[0] for rank in ranks]
-    finally:
-        for rank in ranks:
-            rank.kill()
-    assert [rank.returncode for rank in ranks] == [0, 0], outputs
-
-    pending = (tmp_path / "pending").read_bytes()
-    trace = pickle.loads(pending)  # torch's own format, as its analyzer reads it
-    completed = trace["pg_status"]["0"]["last_completed_collective"]
-    (waiting,) = [entry for entry in trace["entries"] if entry["collective_seq_id"] > completed]
-    assert (waiting["profiling_name"], waiting["input_sizes"], waiting["retired"]) == ("gloo:all_reduce", [[4]], False), waiting
-    assert completed == COMPLETED_BEFORE and waiting["collective_seq_id"] == COMPLETED_BEFORE + 1, trace["pg_status"]
-    summary = flight_recorder.summary(pending, now_ns=waiting["time_created_ns"] + 2_500_000_000)
-    assert summary == [
-        f"process group 0: last enqueued collective #{completed + 1}, started #-1, completed #{completed}",
-        f"  not completed: #{completed + 1} gloo:all_reduce of [[4]] Float, scheduled, enqueued 2.5 s before this dump",
-    ], summary
-    assert flight_recorder.summary((tmp_path / "completed").read_bytes()) == [
-        f"process group 0: last enqueued collective #{completed + 1}, started #-1, completed #{completed + 1}"
-    ]
