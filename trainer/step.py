@@ -1,7 +1,7 @@
 """One optimizer step, read top to bottom: micro-batches forward and backward under DDP, clip, step.
 
-The step owns how the model is trained: DDP's wrapper and torch.compile around it, the mixed precision
-and its loss scaler, the optimizer. Its losses stay on the device, added up in a StepWindow that the
+The step owns how the model is trained: DDP's wrapper and torch.compile around the model and its task's
+loss together, the mixed precision and its loss scaler, the optimizer. Its losses stay on the device, added up in a StepWindow that the
 loop reads only at its next sync.
 """
 
@@ -23,11 +23,11 @@ from trainer.train_config import TrainConfig
 class OptimizerStep:
     def __init__(self, task: Task, model: torch.nn.Module, cfg: TrainConfig, device: torch.device,
                  sample_record: SampleRecord | None):  # fmt: skip
-        self.task, self.model, self.device, self.sample_record = task, model, device, sample_record
+        self.model, self.device, self.sample_record = model, device, sample_record
         self.grad_accum, self.grad_clip, self.batch_seconds = cfg.grad_accum, cfg.grad_clip, cfg.batch_seconds
         if cfg.tf32:
             throughput.use_tf32(device)
-        self.ddp = throughput.wrap_ddp(model, device, cfg.grad_compression)
+        self.ddp = throughput.wrap_ddp(throughput.ModelWithLoss(model, task.loss), device, cfg.grad_compression)
         compiling = cfg.compile if cfg.compile is not None else device.type == "cuda"
         self.compiled = throughput.maybe_compile(self.ddp, compiling)  # what the step calls: DDP, compiled or not
         self.optimizer = make_adamw(model, cfg.lr, cfg.weight_decay, cfg.betas, device)
@@ -49,7 +49,7 @@ class OptimizerStep:
             batch = to_device(batch, self.device)
             sync = micro == accum - 1
             with nullcontext() if sync else self.ddp.no_sync(), self.autocast(), window.timing_forward():
-                loss, n = self.task.loss(self.compiled, batch)
+                loss, n = self.compiled(batch)
                 if self.batch_seconds:
                     time.sleep(self.batch_seconds)  # as the batch's kernels would keep the device busy
             self.scaler.scale(loss / accum if accum > 1 else loss).backward()

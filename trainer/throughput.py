@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -17,6 +19,20 @@ def use_tf32(device: torch.device) -> None:
     if device.type == "cuda":
         torch.backends.cuda.matmul.fp32_precision = "tf32"
         torch.backends.cudnn.conv.fp32_precision = "tf32"
+
+
+class ModelWithLoss(nn.Module):
+    """The model and its task's loss as one forward: what DDP wraps and torch.compile traces. Compiled
+    together, the loss's kernels fuse with the head's, so no full-precision copy of the logits is kept
+    for the backward pass (nanoGPT computes its loss inside its compiled forward for the same reason).
+    With the loss outside the graph, a GPT-2-sized vocabulary on the CPU took twice the time per step."""
+
+    def __init__(self, model: nn.Module, loss: Callable[[nn.Module, Any], tuple[torch.Tensor, int]]):
+        super().__init__()
+        self.model, self.loss = model, loss
+
+    def forward(self, batch: Any) -> tuple[torch.Tensor, int]:
+        return self.loss(self.model, batch)
 
 
 def wrap_ddp(model: nn.Module, device: torch.device, grad_compression: str) -> DistributedDataParallel:

@@ -18,7 +18,9 @@ from trainer.tasks import smoke
 from trainer.tasks.lm.model import GPT, GPTConfig
 from trainer.loop import Trainer
 from trainer.outputs import RunDir
+from trainer.step import StepWindow
 from trainer.stop import StopRequest
+from trainer.tasks.checks import check_task
 
 TINY = GPTConfig(vocab_size=257, seq_len=16, n_layer=2, n_head=2, d_model=32, vocab_multiple=64)
 
@@ -177,3 +179,34 @@ def test_an_epoch_reads_the_devices_figures_once_per_log_interval(world_of_one, 
     assert len(collectives) == 4, "one all-reduce per 4 steps beyond DDP's own"
     # one read per sync, and the sampler's list of the epoch's sample indices
     assert sorted(reads) == ["distributed.py"] * 4 + ["sampler.py"], reads
+
+
+def test_the_compiled_step_traces_the_model_and_its_checked_loss_as_one_forward_compiled_once(world_of_one, tmp_path, monkeypatch):
+    """The loss's kernels fuse with the model's only where torch.compile sees both (ModelWithLoss); the
+    contract's check of the loss's result, traced with it, must leave nothing that compiles it again."""
+    traced = []  # each graph the compiler is given: the functions it calls
+
+    def recording_backend(graph, example_inputs):
+        traced.append({getattr(node.target, "__name__", str(node.target)) for node in graph.graph.nodes if node.op == "call_function"})
+        return graph.forward
+
+    compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **options: compile(model, backend=recording_backend, **options))
+    torch._dynamo.reset()
+    args = train.parse_args(["smoke", "--samples", "512", "--batch", "32", "--features", "8", "--hidden", "16",
+                             "--checkpoint-every", "0", "--device", "cpu", "--compile"])  # fmt: skip
+    torch.manual_seed(args.seed)
+    task = check_task(smoke.make_task(args), "smoke", world_of_one)
+    trainer = Trainer(task, world_of_one, train.config_of(args), RunDir(tmp_path / "run"), StopRequest(), "run")
+    batches, window = iter(trainer.loader), StepWindow(world_of_one.device)
+    try:
+        trainer.step(batches, window)
+        compiled_at_the_first_step = len(traced)
+        for _ in range(3):
+            trainer.step(batches, window)
+    finally:
+        torch._dynamo.reset()
+    assert compiled_at_the_first_step > 0, "the step is compiled"
+    assert any("cross_entropy" in functions and "linear" in functions for functions in traced), traced
+    assert len(traced) == compiled_at_the_first_step, "nothing was compiled again after the first step"
+    assert window.steps == 4 and window.units == 4 * 32

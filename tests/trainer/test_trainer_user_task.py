@@ -21,6 +21,7 @@ from trainer.load import read_card
 from trainer.tasks.checks import TaskContractError, check_task
 from trainer.tasks.options import TaskOptionError, TaskOptions
 from trainer.tasks.registry import TaskNotFound, factory_of, installed_tasks, make_user_task
+from trainer.throughput import ModelWithLoss
 from trainer.train import TASKS, parse_args
 
 # 4096 images of 32 x 32, two pods of batch 32: 64 optimizer steps an epoch, a checkpoint every 8
@@ -101,14 +102,21 @@ def test_a_dataset_that_breaks_the_contract_is_refused_before_the_first_step(wor
     assert str(refused.value).startswith(f"task {factory}: {error}"), refused.value
 
 
-def test_a_loss_is_checked_at_its_first_call(world_of_one, tmp_path):
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "traced by torch.compile"])
+def test_a_loss_is_checked_at_its_first_call(world_of_one, compiled, tmp_path):
+    # the training step calls the loss inside the module torch.compile traces (ModelWithLoss)
+    def first_call(task, batch):
+        forward = ModelWithLoss(task.model, task.loss)
+        return (torch.compile(forward, backend="eager") if compiled else forward)(batch)
+
+    torch._dynamo.reset()
     kept = check_task(make_user_task("task_probe:keeps_the_contract", TASKS, TaskOptions(), 0, tmp_path), "kept", world_of_one)
     batch = next(iter(torch.utils.data.DataLoader(kept.train_set, 8)))
-    loss, count = kept.loss(kept.model, batch)
+    loss, count = first_call(kept, batch)
     assert loss.dim() == 0 and count == 8
     broken = check_task(make_user_task("task_probe:a_loss_without_its_count", TASKS, TaskOptions(), 0, tmp_path), "broken", world_of_one)
     with pytest.raises(TaskContractError) as refused:
-        broken.loss(broken.model, batch)
+        first_call(broken, batch)
     assert str(refused.value).startswith("task broken: its loss returned Tensor; it must return (the batch's mean loss"), refused.value
 
 

@@ -7,7 +7,8 @@ your own model"):
   index and the epoch, which the trainer gives a dataset with a `set_epoch` method, never from the
   global RNG, which a resume cannot replay);
 - the same data on every rank (built from the run's seed, never from the rank or unseeded randomness);
-- a loss that returns (the batch's mean loss, a 0-dim tensor; how many units it held, an int).
+- a loss that returns (the batch's mean loss, a 0-dim tensor; how many units it held, an int), checked
+  at every call, so at the first step.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class TaskContractError(ValueError):
 
 
 def check_task(task: Task, name: str, d: distributed.Dist) -> Task:
-    """`task` with its loss checked at its first call; raises TaskContractError naming what is wrong."""
+    """`task` with its loss checked at every call; raises TaskContractError naming what is wrong."""
     if not isinstance(task.model, nn.Module):
         raise TaskContractError(f"task {name}: its model is a {type(task.model).__name__}, not a torch.nn.Module")
     if task.unit not in UNITS:
@@ -46,7 +47,7 @@ def check_task(task: Task, name: str, d: distributed.Dist) -> Task:
         raise TaskContractError(f"task {name}: its train_set is empty")
     samples = _reads_alike(name, task.train_set)
     _same_on_every_rank(name, d, [len(task.train_set), len(task.val_set), *samples])
-    return dataclasses.replace(task, loss=_checked_at_first_call(name, task.loss))
+    return dataclasses.replace(task, loss=_checked(name, task.loss))
 
 
 def _check_indexed(name: str, field: str, dataset: Any) -> None:
@@ -117,25 +118,25 @@ def fingerprint(sample: Any) -> str:
     return digest.hexdigest()
 
 
-def _checked_at_first_call(name: str, loss: Callable) -> Callable:
-    checked = False
+def _checked(name: str, loss: Callable) -> Callable:
+    """`loss`, its result checked at every call. Stateless, so that torch.compile traces the check once
+    with the loss and keeps nothing of it in the compiled graph (a flag for "checked once" would be a
+    guard, and its flip a second compilation)."""
 
-    def loss_checked_once(model: nn.Module, batch: Any):
-        nonlocal checked
+    def loss_checked(model: nn.Module, batch: Any):
         result = loss(model, batch)
-        if not checked:
-            _check_loss_result(name, result)
-            checked = True
+        _check_loss_result(name, result)
         return result
 
-    return loss_checked_once
+    return loss_checked
 
 
 def _check_loss_result(name: str, result: Any) -> None:
     ok = (
         isinstance(result, tuple) and len(result) == 2
         and isinstance(result[0], torch.Tensor) and result[0].numel() == 1 and result[0].is_floating_point()
-        and isinstance(result[1], int) and not isinstance(result[1], bool) and result[1] > 0
+        # a count from a tensor's shape is an int; a SymInt while torch.compile traces a shape it keeps dynamic
+        and isinstance(result[1], (int, torch.SymInt)) and not isinstance(result[1], bool) and result[1] > 0
     )  # fmt: skip
     if not ok:
         got = type(result).__name__ if not isinstance(result, tuple) else f"({', '.join(type(r).__name__ for r in result)})"
