@@ -31,7 +31,8 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainer import distributed, smoke, train  # noqa: E402
+from trainer import distributed, train  # noqa: E402
+from trainer.tasks import smoke  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
 from trainer.outputs import RunDir  # noqa: E402
 from trainer.stop import StopRequest  # noqa: E402
