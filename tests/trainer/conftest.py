@@ -7,6 +7,35 @@ import subprocess
 import pytest
 from trainer_testing import REPO, Proc, kill_tree, uninterrupted_result
 
+from trainer import distributed
+
+
+@pytest.fixture
+def world_of_one():
+    """This process as a world of one (gloo, in-memory store), as `python -m trainer.train` runs it."""
+    d = distributed.init("cpu", 60)
+    yield d
+    distributed.shutdown()
+
+
+@pytest.fixture
+def compiled_graphs(monkeypatch):
+    """Every graph torch.compile is given during the test: the functions each calls (the graphs run as
+    they are, uncompiled). Dynamo's caches are emptied before and after, so what compiles here is new."""
+    import torch
+
+    graphs: list[set[str]] = []
+
+    def recording_backend(graph, example_inputs):
+        graphs.append({getattr(node.target, "__name__", str(node.target)) for node in graph.graph.nodes if node.op == "call_function"})
+        return graph.forward
+
+    compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda model, **options: compile(model, backend=recording_backend, **options))
+    torch._dynamo.reset()
+    yield graphs
+    torch._dynamo.reset()
+
 
 @pytest.fixture
 def spawn(tmp_path):

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer import distributed, flops, optimizer, train
+from trainer import flops, optimizer, train
 from trainer.tasks import smoke
 from trainer.tasks.lm.model import GPT, GPTConfig
 from trainer.loop import Trainer
@@ -145,14 +145,6 @@ def test_grad_compression_takes_none_or_bf16(capsys):
     assert all(word in error for word in ("--grad-compression", "fp8", "none", "bf16")), error
 
 
-@pytest.fixture
-def world_of_one():
-    """This process as a world of one (gloo, in-memory store), as `python -m trainer.train` runs it."""
-    d = distributed.init("cpu", 60)
-    yield d
-    dist.destroy_process_group()
-
-
 def smoke_trainer(d, tmp_path, log_every: int) -> Trainer:
     args = train.parse_args(["smoke", "--samples", "512", "--batch", "32", "--features", "8", "--hidden", "16",
                              "--checkpoint-every", "0", "--log-every", str(log_every), "--device", "cpu"])  # fmt: skip
@@ -181,31 +173,20 @@ def test_an_epoch_reads_the_devices_figures_once_per_log_interval(world_of_one, 
     assert sorted(reads) == ["distributed.py"] * 4 + ["sampler.py"], reads
 
 
-def test_the_compiled_step_traces_the_model_and_its_checked_loss_as_one_forward_compiled_once(world_of_one, tmp_path, monkeypatch):
+def test_the_compiled_step_traces_the_model_and_its_checked_loss_as_one_forward_compiled_once(world_of_one, compiled_graphs, tmp_path):
     """The loss's kernels fuse with the model's only where torch.compile sees both (ModelWithLoss); the
     contract's check of the loss's result, traced with it, must leave nothing that compiles it again."""
-    traced = []  # each graph the compiler is given: the functions it calls
-
-    def recording_backend(graph, example_inputs):
-        traced.append({getattr(node.target, "__name__", str(node.target)) for node in graph.graph.nodes if node.op == "call_function"})
-        return graph.forward
-
-    compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda model, **options: compile(model, backend=recording_backend, **options))
-    torch._dynamo.reset()
+    traced = compiled_graphs
     args = train.parse_args(["smoke", "--samples", "512", "--batch", "32", "--features", "8", "--hidden", "16",
                              "--checkpoint-every", "0", "--device", "cpu", "--compile"])  # fmt: skip
     torch.manual_seed(args.seed)
     task = check_task(smoke.make_task(args), "smoke", world_of_one)
     trainer = Trainer(task, world_of_one, train.config_of(args), RunDir(tmp_path / "run"), StopRequest(), "run")
     batches, window = iter(trainer.loader), StepWindow(world_of_one.device)
-    try:
+    trainer.step(batches, window)
+    compiled_at_the_first_step = len(traced)
+    for _ in range(3):
         trainer.step(batches, window)
-        compiled_at_the_first_step = len(traced)
-        for _ in range(3):
-            trainer.step(batches, window)
-    finally:
-        torch._dynamo.reset()
     assert compiled_at_the_first_step > 0, "the step is compiled"
     assert any("cross_entropy" in functions and "linear" in functions for functions in traced), traced
     assert len(traced) == compiled_at_the_first_step, "nothing was compiled again after the first step"

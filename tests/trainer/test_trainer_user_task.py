@@ -16,7 +16,6 @@ from infra_harness import evaluate
 from trainer_testing import EXAMPLE, PYTHON, REPO, clean_env, free_port, resumed_lines, run_to_end, uninterrupted_result, worker_pids
 from pods_testing import assert_both_ranks_end_with, rank_0_text, two_pods_past_step_16
 
-from trainer import distributed
 from trainer.load import read_card
 from trainer.tasks.checks import TaskContractError, check_task
 from trainer.tasks.options import TaskOptionError, TaskOptions
@@ -30,13 +29,6 @@ SHAPES_ARGS = [
     "--checkpoint-every", "8", "--log-every", "8", "--pg-timeout", "60",
     "--task-option", "size=32", "--task-option", "samples=4096", "--task-option", "channels=16",
 ]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def world_of_one():
-    d = distributed.init("cpu", 60)
-    yield d
-    distributed.shutdown()
 
 
 def test_an_installed_package_names_its_task_and_the_trainer_finds_it(installed_example, monkeypatch):
