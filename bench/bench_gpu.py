@@ -18,7 +18,8 @@ MFU is the trainer's own (trainer/flops.py): nanoGPT's estimate_mfu, FLOPs/token
 table (H100 SXM and H200: 989 TFLOP/s), and against the bf16 matmul rate measured here.
 With --e2e it first runs the trainer as a user would (`python -m trainer.train smoke`, and
 `torchrun ... -m trainer.train lm` on generated JSONL, then again to resume), and reports each outcome.
-With --ablate it adds rows that price the differences: the trainer with --no-compile, and the eager
+With --ablate it adds rows that price the differences: the trainer with --no-compile, the trainer with
+its loss outside the compiled graph (its step before the two were compiled as one), and the eager
 reference with a host sync per step.
 Without CUDA it prints why and exits 0.
 
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from report import on_a_gpu, print_table  # bench/report.py: the scripts run with bench/ on sys.path
@@ -47,6 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 GPT2 = dict(n_layer=12, n_head=12, d_model=768, seq_len=1024)
 VOCAB_MULTIPLE = 64  # the lm task's padding (trainer/tasks/lm/task.py)
 TRAINER = "trainer lm V=50257 (50304)"
+LOSS_OUTSIDE = "trainer, loss outside the compiled graph"
 
 
 # --- end to end: the trainer as a user runs it -----------------------------------------------------
@@ -128,7 +131,7 @@ class Case:
         self.first_step_s = math.nan
 
 
-def trainer_case(name, vocab, batch, d, stop, tmp: Path, extra_flags=()):
+def trainer_case(name, vocab, batch, d, stop, tmp: Path, extra_flags=(), shape=GPT2, steps_per_epoch=8):
     """The trainer's `lm` path: Trainer(...) from the lm flags (and `extra_flags`), stepping as Trainer._train_epoch does."""
     import torch
 
@@ -141,12 +144,12 @@ def trainer_case(name, vocab, batch, d, stop, tmp: Path, extra_flags=()):
     from trainer.outputs import RunDir
     from trainer.tasks.task import Task, save_state_dict
 
-    flags = ["lm", "--n-layer", str(GPT2["n_layer"]), "--n-head", str(GPT2["n_head"]), "--d-model", str(GPT2["d_model"]),
-             "--seq-len", str(GPT2["seq_len"]), "--batch", str(batch), "--out-dir", str(tmp), "--run-name", name,
+    flags = ["lm", "--n-layer", str(shape["n_layer"]), "--n-head", str(shape["n_head"]), "--d-model", str(shape["d_model"]),
+             "--seq-len", str(shape["seq_len"]), "--batch", str(batch), "--out-dir", str(tmp), "--run-name", name,
              "--data-dir", str(tmp / "data"), "--checkpoint-every", "0", *extra_flags]  # fmt: skip
     args = train.parse_args(flags)
     torch.manual_seed(args.seed)  # as train.main does
-    blocks = 8 * batch  # 8 steps per loader pass; the loader is re-iterated
+    blocks = steps_per_epoch * batch  # the loader is re-iterated
     if vocab is None:  # the shape the lm flags reach: byte tokenizer, from JSONL, via lm.make_task
         data = tmp / "data"
         data.mkdir(exist_ok=True)
@@ -197,16 +200,29 @@ def trainer_case(name, vocab, batch, d, stop, tmp: Path, extra_flags=()):
     return case, trainer, path
 
 
-def reference_cases(vocab, batch, compiled_too=True, ablate=False):
-    """nanoGPT's train.py loop around the same GPT module: one model and optimizer, compiled and eager steps."""
+def loss_outside_the_graph(trainer) -> None:
+    """The trainer's step as it was before its loss joined the compiled forward (trainer/throughput.py,
+    ModelWithLoss): the model compiled inside DDP, the loss eager. `trainer` was made with --no-compile."""
+    import torch
+
+    forward = trainer.step.ddp.module
+    forward.model = torch.compile(forward.model)
+
+
+def reference_cases(vocab, batch, compiled_too=True, ablate=False, shape=GPT2, device=None):
+    """nanoGPT's train.py loop around the same GPT module: one model and optimizer, compiled and eager steps.
+    Its parts are named as the trainer's are (trainer/profiling.py), for bench/profile_step.py."""
     import torch
     import torch.nn.functional as F
 
+    from trainer import profiling
+    from trainer.profiling import part
     from trainer.tasks.lm.model import GPT, GPTConfig
 
-    device = torch.device("cuda", torch.cuda.current_device())
+    device = device or torch.device("cuda", torch.cuda.current_device())
+    cuda = device.type == "cuda"
     torch.manual_seed(1337)
-    model = GPT(GPTConfig(vocab, GPT2["seq_len"], GPT2["n_layer"], GPT2["n_head"], GPT2["d_model"], 0.0, VOCAB_MULTIPLE))
+    model = GPT(GPTConfig(vocab, shape["seq_len"], shape["n_layer"], shape["n_head"], shape["d_model"], 0.0, VOCAB_MULTIPLE))
     model = model.to(device)
 
     class WithLoss(torch.nn.Module):  # nanoGPT computes the loss inside the compiled forward
@@ -224,9 +240,10 @@ def reference_cases(vocab, batch, compiled_too=True, ablate=False):
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
               {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]  # fmt: skip
     optimizer = torch.optim.AdamW(groups, lr=6e-4, betas=(0.9, 0.95), fused=True)
-    scaler = torch.amp.GradScaler("cuda", enabled=False)  # bf16: nanoGPT's scaler is a no-op
+    scaler = torch.amp.GradScaler(device.type, enabled=False)  # bf16: nanoGPT's scaler is a no-op
     gen = torch.Generator().manual_seed(0)
-    pool = [torch.randint(vocab, (batch, GPT2["seq_len"] + 1), generator=gen).pin_memory() for _ in range(8)]
+    pool = [torch.randint(vocab, (batch, shape["seq_len"] + 1), generator=gen) for _ in range(8)]
+    pool = [block.pin_memory() for block in pool] if cuda else pool
     state = {"i": 0, "it": 0, "loss": torch.zeros((), device=device)}
 
     def get_batch():
@@ -244,15 +261,20 @@ def reference_cases(vocab, batch, compiled_too=True, ablate=False):
             for group in optimizer.param_groups:
                 group["lr"] = lr
             x, y = state["xy"]
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast("cuda", dtype=torch.bfloat16) if cuda else nullcontext(), part(profiling.FORWARD):
                 loss = forward(x, y)
-            state["xy"] = get_batch()  # prefetch while the GPU works
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
+            with part(profiling.DATA):
+                state["xy"] = get_batch()  # prefetch while the GPU works
+            with part(profiling.BACKWARD):
+                scaler.scale(loss).backward()
+            with part(profiling.CLIP):
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            with part(profiling.OPTIMIZER):
+                scaler.step(optimizer)
+                scaler.update()
+            with part(profiling.ZERO_GRAD):
+                optimizer.zero_grad(set_to_none=True)
             state["loss"] = loss.detach()
             state["it"] = it + 1
             if sync:  # as the trainer's per-step all-reduce of the loss does: wait for the GPU
@@ -261,7 +283,7 @@ def reference_cases(vocab, batch, compiled_too=True, ablate=False):
         return step
 
     finish = lambda: float(state["loss"])  # noqa: E731
-    tokens = batch * GPT2["seq_len"]
+    tokens = batch * shape["seq_len"]
     cases = []
     if compiled_too:
         cases.append(Case("reference (compile)", make_step(fast), tokens, model, finish=finish))
@@ -393,8 +415,12 @@ def benchmark(options) -> dict:
         refs, ref_keep = reference_cases(options.vocab, options.batch, not options.no_compile, options.ablate)
         cases += refs
         keep.append(ref_keep)
-        if options.ablate:  # not the trainer as it is: what two of its differences cost
+        if options.ablate:  # not the trainer as it is: what its differences cost, each on its own
             case, trainer, _ = trainer_case("trainer --no-compile", options.vocab, options.batch, d, stop, tmp, ["--no-compile"])
+            cases.append(case)
+            keep.append(trainer)
+            case, trainer, _ = trainer_case(LOSS_OUTSIDE, options.vocab, options.batch, d, stop, tmp, ["--no-compile"])
+            loss_outside_the_graph(trainer)
             cases.append(case)
             keep.append(trainer)
         if not options.skip_small_vocab:
@@ -495,7 +521,7 @@ def main() -> int:
     parser.add_argument("--no-compile", action="store_true", help="leave out the compiled reference")
     parser.add_argument("--skip-small-vocab", action="store_true", help="leave out the vocab-257 trainer row")
     parser.add_argument("--skip-fp16", action="store_true", help="leave out the forced fp16 + GradScaler check")
-    parser.add_argument("--ablate", action="store_true", help="add rows: trainer + fused AdamW, + compile; reference + sync")
+    parser.add_argument("--ablate", action="store_true", help="add rows: trainer uncompiled, trainer with its loss outside the graph; reference + sync")
     parser.add_argument("--e2e", action="store_true", help="first run the trainer's CLI end to end on the GPU")
     parser.add_argument("--e2e-log", type=Path, default=Path("bench-gpu-e2e.log"))
     parser.add_argument("--json", type=Path, help="write all figures here")

@@ -19,7 +19,7 @@ import torch
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.utils.data import Subset
 
-from trainer import console, flops, seeding
+from trainer import console, flops, profiling, seeding
 from trainer.batch_loader import batch_loader
 from trainer.checkpoint.record import CheckpointReason, CheckpointRecord
 from trainer.checkpoint.run_checkpoints import RunCheckpoints
@@ -28,6 +28,7 @@ from trainer.hang_watch import HangWatch, stragglers
 from trainer.lines import DoneLine, EpochLine, NoCheckpoint, Resized, Resumed, Straggler, TrainLine
 from trainer.load import params_sum, write_card
 from trainer.outputs import RunDir, write_json
+from trainer.profiling import part
 from trainer.progress import Progress, perplexity, run_summary
 from trainer.sample_record import IndexedDataset, SampleRecord
 from trainer.step import OptimizerStep, StepWindow
@@ -182,17 +183,20 @@ class Trainer:
             self.step(batches, window)
             p.step_done(self.sampler.world_step)
             if self.sample_record:
-                self.sample_record.step(p.global_step, p.epoch)  # written before this step can be checkpointed
-            self.watch.beat(p.global_step)
+                with part(profiling.SAMPLE_RECORD):
+                    self.sample_record.step(p.global_step, p.epoch)  # written before this step can be checkpointed
+            with part(profiling.HANG_WATCH):
+                self.watch.beat(p.global_step)
             last = p.step_in_epoch == steps_in_epoch
             checkpoint_now = cfg.checkpoint_every and p.global_step % cfg.checkpoint_every == 0 and not last
             if not (p.step_in_epoch % cfg.log_every == 0 or last or checkpoint_now):
                 continue  # the figures stay on the device: no host sync, no collective
-            forward_s = [0.0] * self.d.world_size
-            forward_s[self.d.rank] = window.forward_seconds()  # every rank's, after the sum
-            loss_sum, units, stop, time_is_up, *forward_s = sum_across(
-                self.d, [window.loss_sum, window.units, float(self.stop.requested), float(self.checkpoints.time_is_up()), *forward_s]
-            )
+            with part(profiling.FIGURES):
+                forward_s = [0.0] * self.d.world_size
+                forward_s[self.d.rank] = window.forward_seconds()  # every rank's, after the sum
+                loss_sum, units, stop, time_is_up, *forward_s = sum_across(
+                    self.d, [window.loss_sum, window.units, float(self.stop.requested), float(self.checkpoints.time_is_up()), *forward_s]
+                )
             seconds = time.perf_counter() - window.started  # after the sync: the device's time, not the host's
             p.add_losses(loss_sum, units)
             rate = units / seconds

@@ -13,8 +13,9 @@ from typing import Iterator
 
 import torch
 
-from trainer import throughput
+from trainer import profiling, throughput
 from trainer.optimizer import make_adamw
+from trainer.profiling import part
 from trainer.sample_record import SampleRecord
 from trainer.tasks.task import Task, to_device
 from trainer.train_config import TrainConfig
@@ -43,23 +44,31 @@ class OptimizerStep:
         Its losses are added to `window`, on the device."""
         accum = self.grad_accum
         for micro in range(accum):
-            batch = next(batches)
+            with part(profiling.DATA):
+                batch = next(batches)
             if self.sample_record:
-                batch = self.sample_record.take(batch)  # its ids, kept on the host
-            batch = to_device(batch, self.device)
+                with part(profiling.SAMPLE_RECORD):
+                    batch = self.sample_record.take(batch)  # its ids, kept on the host
+            with part(profiling.TO_DEVICE):
+                batch = to_device(batch, self.device)
             sync = micro == accum - 1
-            with nullcontext() if sync else self.ddp.no_sync(), self.autocast(), window.timing_forward():
+            with nullcontext() if sync else self.ddp.no_sync(), self.autocast(), window.timing_forward(), part(profiling.FORWARD):
                 loss, n = self.compiled(batch)
                 if self.batch_seconds:
                     time.sleep(self.batch_seconds)  # as the batch's kernels would keep the device busy
-            self.scaler.scale(loss / accum if accum > 1 else loss).backward()
-            window.add(loss, n)
+            with part(profiling.BACKWARD):  # DDP's forward, in no_sync or not, decided whether it all-reduces
+                self.scaler.scale(loss / accum if accum > 1 else loss).backward()
+            with part(profiling.LOSS_SUM):
+                window.add(loss, n)
         if self.grad_clip > 0:
-            self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+            with part(profiling.CLIP):
+                self.scaler.unscale_(self.optimizer)
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        with part(profiling.OPTIMIZER):
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        with part(profiling.ZERO_GRAD):
+            self.optimizer.zero_grad(set_to_none=True)
         window.steps += 1
 
     def autocast(self):
