@@ -1,5 +1,7 @@
 """One rank of a two-rank Gloo world whose rank 0 dumps its flight recorder while a collective waits
-for rank 1, then once it completed: `python flight_recorder_probe.py RANK PORT OUT_DIR`.
+for rank 1, then once it completed: `python flight_recorder_probe.py RANK PORT OUT_DIR`. With `nccl`
+for RANK, a world of one on the first GPU and NCCL, which runs its all-reduces and writes its dump
+to OUT_DIR/nccl (one GPU holds one NCCL rank: NCCL refuses two ranks on one device).
 
 Rank 0 runs three all-reduces with rank 1, enqueues a fourth that rank 1 has not joined, and writes
 `trainer.flight_recorder.dump()` to OUT_DIR/pending; rank 1 joins it once that file is there, and
@@ -51,5 +53,21 @@ def main(rank: int, port: int, out: Path) -> None:
     dist.destroy_process_group()
 
 
+def one_nccl_rank(port: int, out: Path) -> None:
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1, device_id=device)
+    x = torch.ones(4, device=device)
+    for _ in range(COMPLETED_BEFORE):
+        dist.all_reduce(x)
+    torch.cuda.synchronize()
+    recorded_completed(COMPLETED_BEFORE)
+    (out / "nccl").write_bytes(flight_recorder.dump())
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]))
+    if sys.argv[1] == "nccl":
+        one_nccl_rank(int(sys.argv[2]), Path(sys.argv[3]))
+    else:
+        main(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]))

@@ -10,6 +10,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+import torch
 from flight_recorder_probe import COMPLETED_BEFORE
 from trainer_testing import PYTHON, clean_env, free_port
 
@@ -41,3 +42,23 @@ def test_the_flight_recorder_names_the_collective_a_rank_waits_in_and_clears_onc
     assert flight_recorder.summary((tmp_path / "completed").read_bytes()) == [
         f"process group 0: last enqueued collective #{completed + 1}, started #-1, completed #{completed + 1}"
     ]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL's recorder needs a GPU")
+@pytest.mark.timeout(120)
+def test_an_nccl_rank_dumps_its_own_recorder_with_its_all_reduces(spawn, tmp_path):
+    """NCCL keeps a recorder of its own, read by another call (flight_recorder.dump): a world of one on
+    the GPU dumps its three all-reduces, completed, in the format and summary a Gloo rank's have."""
+    rank = spawn([PYTHON, str(PROBE), "nccl", str(free_port()), str(tmp_path)], clean_env(), "nccl")
+    assert rank.wait(90) == 0, rank.text()
+    record = (tmp_path / "nccl").read_bytes()
+    trace = pickle.loads(record)
+    collectives = [entry for entry in trace["entries"] if not entry["is_p2p"]]
+    assert [(entry["profiling_name"], entry["input_sizes"]) for entry in collectives][-COMPLETED_BEFORE:] == [
+        ("nccl:all_reduce", [[4]])
+    ] * COMPLETED_BEFORE, collectives
+    (group,) = [group for group, status in trace["pg_status"].items() if status["last_enqueued_collective"] > 0]
+    (line,) = [line for line in flight_recorder.summary(record) if line.startswith(f"process group {group}:")]
+    # whether NCCL counts a collective started depends on its timing events: only the other two are asserted
+    assert line.startswith(f"process group {group}: last enqueued collective #{COMPLETED_BEFORE}, started #"), line
+    assert line.endswith(f", completed #{COMPLETED_BEFORE}"), line
