@@ -23,7 +23,10 @@ bench:
 	$(PY) bench/bench_threads.py
 	$(PY) bench/bench_exit.py
 	$(PY) bench/bench_fork_server.py
+	$(PY) bench/bench_compiled_loss.py
+	$(PY) bench/profile_step.py
 	$(PY) bench/bench_gpu.py
+	$(PY) bench/bench_gpu_checkpoint.py
 	$(PY) bench/bench_gpu_pod.py
 	$(PY) bench/bench_gpu_spare.py
 
