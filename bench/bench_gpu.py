@@ -20,10 +20,10 @@ With --e2e it first runs the trainer as a user would (`python -m trainer.train s
 `torchrun ... -m trainer.train lm` on generated JSONL, then again to resume), and reports each outcome.
 With --ablate it adds rows that price the differences: the trainer with --no-compile, the trainer with
 its loss outside the compiled graph (its step before the two were compiled as one), and the eager
-reference with a host sync per step.
+reference with a host sync per step. With --compile-modes it adds the trainer compiled in each mode.
 Without CUDA it prints why and exits 0.
 
-Usage: python bench/bench_gpu.py [--e2e] [--ablate] [--batch 16] [--json PATH]
+Usage: python bench/bench_gpu.py [--e2e] [--ablate] [--compile-modes MODE...] [--batch 16] [--json PATH]
    or: torchrun --standalone --nproc-per-node 1 bench/bench_gpu.py [...]
 """
 
@@ -423,6 +423,12 @@ def benchmark(options) -> dict:
             loss_outside_the_graph(trainer)
             cases.append(case)
             keep.append(trainer)
+        for mode in options.compile_modes:  # the trainer's step under another of torch.compile's modes
+            case, trainer, _ = trainer_case(f"trainer, compile mode {mode}", options.vocab, options.batch, d, stop, tmp,
+                                            ["--no-compile"])  # fmt: skip
+            trainer.step.compiled = torch.compile(trainer.step.ddp, mode=mode)
+            cases.append(case)
+            keep.append(trainer)
         if not options.skip_small_vocab:
             case, trainer, _ = trainer_case("trainer lm V=257 (flags)", None, options.batch, d, stop, tmp)
             cases.append(case)
@@ -522,6 +528,9 @@ def main() -> int:
     parser.add_argument("--skip-small-vocab", action="store_true", help="leave out the vocab-257 trainer row")
     parser.add_argument("--skip-fp16", action="store_true", help="leave out the forced fp16 + GradScaler check")
     parser.add_argument("--ablate", action="store_true", help="add rows: trainer uncompiled, trainer with its loss outside the graph; reference + sync")
+    parser.add_argument("--compile-modes", nargs="*", default=[], metavar="MODE",
+                        help="add a trainer row compiled in each of these torch.compile modes (max-autotune-no-cudagraphs: "
+                             "minutes of autotuning before its first step)")  # fmt: skip
     parser.add_argument("--e2e", action="store_true", help="first run the trainer's CLI end to end on the GPU")
     parser.add_argument("--e2e-log", type=Path, default=Path("bench-gpu-e2e.log"))
     parser.add_argument("--json", type=Path, help="write all figures here")

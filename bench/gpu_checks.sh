@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Everything a lent GPU measures, in one run of bounded steps (about 6 minutes on an H200), each
-# step's output kept in OUT_DIR: NCCL's flight recorder dump, the step's profile against the
-# reference loop's, the throughput ratio, MFU and peak memory with each difference priced on its own
-# (--ablate), and the steps that run while an async checkpoint is written.
-# Usage: bench/gpu_checks.sh OUT_DIR   (PYTHON: the interpreter with torch and CUDA; python3 by default)
+# Everything a lent GPU measures, in one run of bounded steps, each step's output kept in OUT_DIR:
+# NCCL's flight recorder dump, the step's profile against the reference loop's, the throughput
+# ratio, MFU and peak memory with each difference priced on its own (--ablate), the steps that run
+# while an async checkpoint is written (about 6 minutes on an H200), then the trainer's step in
+# another compile mode (up to 7 more: its autotuning), which runs only when named.
+# Usage: bench/gpu_checks.sh OUT_DIR [STEP...]   (default: flight-recorder profile bench-gpu checkpoint;
+# compile-modes on request. PYTHON: the interpreter with torch and CUDA, python3 by default)
 set -u
-out=${1:?usage: bench/gpu_checks.sh OUT_DIR}
+out=${1:?usage: bench/gpu_checks.sh OUT_DIR [STEP...]}
+shift
+steps=" ${*:-flight-recorder profile bench-gpu checkpoint} "
 py=${PYTHON:-python3}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
@@ -14,6 +18,7 @@ export PYTHONUNBUFFERED=1
 step() {  # step NAME SECONDS COMMAND...: the command's output in OUT_DIR/NAME.log, and its exit status
     local name=$1 limit=$2
     shift 2
+    [[ $steps == *" $name "* ]] || return 0
     echo "=== $name (at most $limit s): $*"
     timeout --kill-after 10 "$limit" "$@" >"$out/$name.log" 2>&1
     echo "=== $name: exit $?"
@@ -26,3 +31,6 @@ step flight-recorder 120 "$py" -m pytest -p no:cacheprovider -n 0 tests/trainer/
 step profile 200 "$py" bench/profile_step.py --json "$out/profile.json"
 step bench-gpu 300 "$py" bench/bench_gpu.py --ablate --skip-fp16 --skip-small-vocab --json "$out/bench_gpu.json"
 step checkpoint 150 "$py" bench/bench_gpu_checkpoint.py --json "$out/checkpoint.json"
+# last, as its autotuning takes minutes: what another compile mode gives the trainer's step
+step compile-modes 420 "$py" bench/bench_gpu.py --skip-fp16 --skip-small-vocab \
+    --compile-modes max-autotune-no-cudagraphs --json "$out/compile_modes.json"
