@@ -19,8 +19,9 @@ table (H100 SXM and H200: 989 TFLOP/s), and against the bf16 matmul rate measure
 With --e2e it first runs the trainer as a user would (`python -m trainer.train smoke`, and
 `torchrun ... -m trainer.train lm` on generated JSONL, then again to resume), and reports each outcome.
 With --ablate it adds rows that price the differences: the trainer with --no-compile, the trainer with
-its loss outside the compiled graph (its step before the two were compiled as one), and the eager
-reference with a host sync per step. With --compile-modes it adds the trainer compiled in each mode.
+its loss outside the compiled graph (its step before the two were compiled as one), the compiled
+reference wrapped in DDP (the trainer always is, in a world of one too), and the eager reference with
+a host sync per step. With --compile-modes it adds the trainer compiled in each mode.
 Without CUDA it prints why and exits 0.
 
 Usage: python bench/bench_gpu.py [--e2e] [--ablate] [--compile-modes MODE...] [--batch 16] [--json PATH]
@@ -209,9 +210,10 @@ def loss_outside_the_graph(trainer) -> None:
     forward.model = torch.compile(forward.model)
 
 
-def reference_cases(vocab, batch, compiled_too=True, ablate=False, shape=GPT2, device=None):
+def reference_cases(vocab, batch, compiled_too=True, ablate=False, shape=GPT2, device=None, ddp=False):
     """nanoGPT's train.py loop around the same GPT module: one model and optimizer, compiled and eager steps.
-    Its parts are named as the trainer's are (trainer/profiling.py), for bench/profile_step.py."""
+    Its parts are named as the trainer's are (trainer/profiling.py), for bench/profile_step.py. With `ddp`,
+    the module is wrapped in DDP as nanoGPT wraps it for more than one GPU (the names say so)."""
     import torch
     import torch.nn.functional as F
 
@@ -235,6 +237,9 @@ def reference_cases(vocab, batch, compiled_too=True, ablate=False, shape=GPT2, d
             return F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1), ignore_index=-1)
 
     eager = WithLoss(model)
+    if ddp:  # in the trainer's process group; bucket views, as the trainer's
+        eager = torch.nn.parallel.DistributedDataParallel(eager, device_ids=[device.index] if cuda else None,
+                                                          gradient_as_bucket_view=True)  # fmt: skip
     fast = torch.compile(eager)
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
@@ -285,9 +290,10 @@ def reference_cases(vocab, batch, compiled_too=True, ablate=False, shape=GPT2, d
     finish = lambda: float(state["loss"])  # noqa: E731
     tokens = batch * shape["seq_len"]
     cases = []
+    wrapped = " + DDP" if ddp else ""
     if compiled_too:
-        cases.append(Case("reference (compile)", make_step(fast), tokens, model, finish=finish))
-    cases.append(Case("reference (eager)", make_step(eager), tokens, model, finish=finish))
+        cases.append(Case(f"reference{wrapped} (compile)", make_step(fast), tokens, model, finish=finish))
+    cases.append(Case(f"reference{wrapped} (eager)", make_step(eager), tokens, model, finish=finish))
     if ablate:
         cases.append(Case("ref eager + per-step sync", make_step(eager, sync=True), tokens, model, finish=finish))
     return cases, (model, optimizer, fast, eager)
@@ -423,6 +429,9 @@ def benchmark(options) -> dict:
             loss_outside_the_graph(trainer)
             cases.append(case)
             keep.append(trainer)
+            refs_ddp, ddp_keep = reference_cases(options.vocab, options.batch, ddp=True)
+            cases.append(refs_ddp[0])  # compiled: what DDP alone costs the reference
+            keep.append(ddp_keep)
         for mode in options.compile_modes:  # the trainer's step under another of torch.compile's modes
             case, trainer, _ = trainer_case(f"trainer, compile mode {mode}", options.vocab, options.batch, d, stop, tmp,
                                             ["--no-compile"])  # fmt: skip
@@ -527,7 +536,8 @@ def main() -> int:
     parser.add_argument("--no-compile", action="store_true", help="leave out the compiled reference")
     parser.add_argument("--skip-small-vocab", action="store_true", help="leave out the vocab-257 trainer row")
     parser.add_argument("--skip-fp16", action="store_true", help="leave out the forced fp16 + GradScaler check")
-    parser.add_argument("--ablate", action="store_true", help="add rows: trainer uncompiled, trainer with its loss outside the graph; reference + sync")
+    parser.add_argument("--ablate", action="store_true",
+                        help="add rows: trainer uncompiled, trainer with its loss outside the graph; reference + DDP, + sync")
     parser.add_argument("--compile-modes", nargs="*", default=[], metavar="MODE",
                         help="add a trainer row compiled in each of these torch.compile modes (max-autotune-no-cudagraphs: "
                              "minutes of autotuning before its first step)")  # fmt: skip

@@ -18,7 +18,7 @@ from trainer import profiling
 from trainer.stop import StopRequest
 
 sys.path.insert(0, str(REPO / "bench"))
-from bench_gpu import loss_outside_the_graph, trainer_case  # noqa: E402
+from bench_gpu import loss_outside_the_graph, reference_cases, trainer_case  # noqa: E402
 from profile_step import SHAPES, step_profile  # noqa: E402
 
 
@@ -105,3 +105,18 @@ def test_bench_gpus_ablation_compiles_the_model_without_its_loss(world_of_one, c
         case.step()
     assert compiled_graphs and any("linear" in functions for functions in compiled_graphs), compiled_graphs
     assert not any("cross_entropy" in functions for functions in compiled_graphs), compiled_graphs
+
+
+def test_bench_gpus_reference_in_ddp_trains_through_the_wrapper_it_compiles(world_of_one, compiled_graphs):
+    """The row that prices DDP for the reference loop (bench_gpu.py --ablate) compiles the DDP-wrapped
+    module, whose forward holds the loss, and trains: its loss falls on its repeating batches."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    (compiled, _), (model, _, fast, eager) = reference_cases(512, 4, shape=SHAPES["small"], device=world_of_one.device, ddp=True)
+    assert compiled.name == "reference + DDP (compile)" and isinstance(eager, DistributedDataParallel)
+    losses = []
+    for _ in range(16):
+        compiled.step()
+        losses.append(compiled.finish())
+    assert any("cross_entropy" in functions for functions in compiled_graphs), compiled_graphs
+    assert losses[-1] < losses[0], losses
