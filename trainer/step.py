@@ -1,8 +1,8 @@
 """One optimizer step, read top to bottom: micro-batches forward and backward under DDP, clip, step.
 
 The step owns how the model is trained: DDP's wrapper and torch.compile around the model and its task's
-loss together, the mixed precision and its loss scaler, the optimizer. Its losses stay on the device, added up in a StepWindow that the
-loop reads only at its next sync.
+loss together, the mixed precision and its loss scaler, the optimizer. Its losses stay on the device,
+added up in a StepWindow that the loop reads only at its next sync.
 """
 
 from __future__ import annotations
