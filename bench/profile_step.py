@@ -71,12 +71,12 @@ def step_profile(events: list[dict], steps: int) -> dict:
         launch = launched_at.get(kernel.get("args", {}).get("correlation"))
         device[_innermost(spans, launch) if launch is not None else OUTSIDE] += kernel["dur"]
         classes[kernel_class(kernel)] += kernel["dur"]
-    per_step = lambda table: {name: round(us / 1e3 / steps, 3) for name, us in table.items()}  # noqa: E731
+    host_ms, device_ms, classes_ms = ({name: round(us / 1e3 / steps, 3) for name, us in table.items()} for table in (host, device, classes))
     return {
-        "parts": {name: {"host_ms": per_step(host)[name], "device_ms": per_step(device).get(name, 0.0), "calls": calls[name]}
-                  for name in PARTS if name in host},
-        "device_outside_parts_ms": per_step(device).get(OUTSIDE, 0.0),
-        "kernel_classes_ms": dict(sorted(per_step(classes).items(), key=lambda item: -item[1])),
+        "parts": {name: {"host_ms": host_ms[name], "device_ms": device_ms.get(name, 0.0), "calls": calls[name]}
+                  for name in PARTS if name in host_ms},
+        "device_outside_parts_ms": device_ms.get(OUTSIDE, 0.0),
+        "kernel_classes_ms": dict(sorted(classes_ms.items(), key=lambda item: -item[1])),
         "device_busy_ms": round(_union_us([(k["ts"], k["ts"] + k["dur"]) for k in kernels]) / 1e3 / steps, 3),
         "kernels_per_step": round(len(kernels) / steps, 1),
     }  # fmt: skip
