@@ -48,6 +48,7 @@ from report import on_a_gpu, print_table  # bench/report.py: the scripts run wit
 
 REPO = Path(__file__).resolve().parents[1]
 GPT2 = dict(n_layer=12, n_head=12, d_model=768, seq_len=1024)
+SMALL = dict(n_layer=2, n_head=2, d_model=64, seq_len=64)  # the GPU scripts' shape on the CPU, a check of them
 VOCAB_MULTIPLE = 64  # the lm task's padding (trainer/tasks/lm/task.py)
 TRAINER = "trainer lm V=50257 (50304)"
 LOSS_OUTSIDE = "trainer, loss outside the compiled graph"

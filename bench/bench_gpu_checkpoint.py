@@ -23,12 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_gpu import GPT2, trainer_case  # bench/ is on sys.path when run
+from bench_gpu import GPT2, SMALL, trainer_case  # bench/ is on sys.path when run
 from report import on_a_gpu, print_table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-SMALL = dict(n_layer=2, n_head=2, d_model=64, seq_len=64)
 
 
 def measure(options) -> dict:

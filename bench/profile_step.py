@@ -26,13 +26,13 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from bench_gpu import GPT2, reference_cases, trainer_case  # bench/ is on sys.path when run
+from bench_gpu import GPT2, SMALL, reference_cases, trainer_case  # bench/ is on sys.path when run
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from trainer.profiling import PARTS  # noqa: E402
 
-SHAPES = {"gpt2": GPT2, "small": dict(n_layer=2, n_head=2, d_model=64, seq_len=64)}
+SHAPES = {"gpt2": GPT2, "small": SMALL}
 OUTSIDE = "outside every part"
 # (class, substrings of a kernel's name), first match wins; memcpy and memset events are copies and fills
 KERNEL_CLASSES = (

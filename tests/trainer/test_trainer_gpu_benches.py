@@ -18,8 +18,8 @@ from trainer import profiling
 from trainer.stop import StopRequest
 
 sys.path.insert(0, str(REPO / "bench"))
-from bench_gpu import loss_outside_the_graph, reference_cases, trainer_case  # noqa: E402
-from profile_step import SHAPES, step_profile  # noqa: E402
+from bench_gpu import SMALL, loss_outside_the_graph, reference_cases, trainer_case  # noqa: E402
+from profile_step import step_profile  # noqa: E402
 
 
 def test_a_part_is_named_in_a_profile_and_is_an_empty_context_without_one():
@@ -99,7 +99,7 @@ def test_bench_gpu_checkpoint_times_the_steps_that_run_while_each_save_is_writte
 def test_bench_gpus_ablation_compiles_the_model_without_its_loss(world_of_one, compiled_graphs, tmp_path):
     """The row that prices compiling the loss with the model (bench_gpu.py --ablate) compiles the model
     alone, inside DDP, as the trainer's step did before: its graphs hold no cross-entropy."""
-    case, trainer, _ = trainer_case("outside", 512, 4, world_of_one, StopRequest(), tmp_path, ["--no-compile"], SHAPES["small"])
+    case, trainer, _ = trainer_case("outside", 512, 4, world_of_one, StopRequest(), tmp_path, ["--no-compile"], SMALL)
     loss_outside_the_graph(trainer)
     for _ in range(2):
         case.step()
@@ -112,7 +112,7 @@ def test_bench_gpus_reference_in_ddp_trains_through_the_wrapper_it_compiles(worl
     module, whose forward holds the loss, and trains: its loss falls on its repeating batches."""
     from torch.nn.parallel import DistributedDataParallel
 
-    (compiled, _), (model, _, fast, eager) = reference_cases(512, 4, shape=SHAPES["small"], device=world_of_one.device, ddp=True)
+    (compiled, _), (model, _, fast, eager) = reference_cases(512, 4, shape=SMALL, device=world_of_one.device, ddp=True)
     assert compiled.name == "reference + DDP (compile)" and isinstance(eager, DistributedDataParallel)
     losses = []
     for _ in range(16):
