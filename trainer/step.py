@@ -30,7 +30,7 @@ class OptimizerStep:
             throughput.use_tf32(device)
         self.ddp = throughput.wrap_ddp(throughput.ModelWithLoss(model, task.loss), device, cfg.grad_compression)
         compiling = cfg.compile if cfg.compile is not None else device.type == "cuda"
-        self.compiled = throughput.maybe_compile(self.ddp, compiling)  # what the step calls: DDP, compiled or not
+        self.compiled = throughput.maybe_compile(self.ddp, compiling, cfg.compile_mode)  # what the step calls: DDP, compiled or not
         self.optimizer = make_adamw(model, cfg.lr, cfg.weight_decay, cfg.betas, device)
         self.amp_dtype = amp_dtype(device) if cfg.amp else None
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)

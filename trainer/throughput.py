@@ -12,6 +12,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 # --grad-compression: the DDP communication hook that shrinks each gradient bucket before its all-reduce
 GRAD_COMPRESSION = {"none": None, "bf16": default_hooks.bf16_compress_hook}
+# --compile-mode: torch.compile's modes (torch._inductor.list_mode_options, held equal by a test), named
+# here so that parsing the flags does not import the compiler
+COMPILE_MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 
 
 def use_tf32(device: torch.device) -> None:
@@ -47,8 +50,8 @@ def wrap_ddp(model: nn.Module, device: torch.device, grad_compression: str) -> D
     return ddp
 
 
-def maybe_compile(ddp: DistributedDataParallel, enabled: bool) -> nn.Module:
+def maybe_compile(ddp: DistributedDataParallel, enabled: bool, mode: str = "default") -> nn.Module:
     """The module the training step calls. Compiling the DDP wrapper (not the model inside it) lets torch
     split the graph at DDP's bucket boundaries, so all-reduces overlap the backward pass; the model
-    itself stays uncompiled, so its state dict keeps its own names."""
-    return torch.compile(ddp) if enabled else ddp
+    itself stays uncompiled, so its state dict keeps its own names. `mode` is one of COMPILE_MODES."""
+    return torch.compile(ddp, mode=mode) if enabled else ddp

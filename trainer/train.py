@@ -31,7 +31,7 @@ from trainer.hang_watch import HangLimits, HangWatch, own_pod
 from trainer.loop import Stopped, Trainer
 from trainer.outputs import RunDir
 from trainer.stop import EXIT_STOPPED, StopRequest
-from trainer.throughput import GRAD_COMPRESSION
+from trainer.throughput import COMPILE_MODES, GRAD_COMPRESSION
 from trainer.train_config import TrainConfig
 
 TASKS = {"smoke": smoke, "lm": lm_task}
@@ -69,6 +69,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-amp", action="store_true", help="train in fp32 on GPU too")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction,
                         help="torch.compile the model (default: on CUDA only; the first steps then compile)")  # fmt: skip
+    parser.add_argument("--compile-mode", choices=COMPILE_MODES, default="default",
+                        help="torch.compile's mode; any but default compiles on the CPU too. max-autotune-no-cudagraphs "
+                             "times kernel choices at the first steps (minutes) for faster steps after")  # fmt: skip
     parser.add_argument("--no-tf32", action="store_true", help="full fp32 matmuls on GPU instead of TF32")
     parser.add_argument("--grad-compression", choices=tuple(GRAD_COMPRESSION), default="none",
                         help="bf16: all-reduce gradients in bf16, half the bytes on the network (default none)")  # fmt: skip
@@ -101,7 +104,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         sub.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE",
                          help="an option of the task's own, read by its factory (repeat for each)")  # fmt: skip
         sub.set_defaults(**USER_TASK_DEFAULTS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.compile is False and args.compile_mode != "default":
+        parser.error(f"--compile-mode {args.compile_mode} compiles the step and --no-compile does not: give one or the other")
+    return args
 
 
 def make_task(args: argparse.Namespace, d: distributed.Dist) -> Task:
@@ -122,7 +128,8 @@ def config_of(args: argparse.Namespace) -> TrainConfig:
         weight_decay=args.weight_decay, betas=tuple(args.adam_betas), warmup_steps=args.warmup_steps, grad_clip=args.grad_clip,
         checkpoint_every=args.checkpoint_every, checkpoint_every_seconds=args.checkpoint_every_seconds,
         keep_checkpoints=args.keep_checkpoints,
-        log_every=args.log_every, workers=args.workers, amp=not args.no_amp, compile=args.compile,
+        log_every=args.log_every, workers=args.workers, amp=not args.no_amp,
+        compile=True if args.compile_mode != "default" else args.compile, compile_mode=args.compile_mode,
         tf32=not args.no_tf32, grad_compression=args.grad_compression, batch_seconds=args.batch_seconds,
     )  # fmt: skip
 

@@ -24,6 +24,7 @@ class TrainConfig:
     workers: int = 0
     amp: bool = True
     compile: bool | None = None  # torch.compile the model; None: on CUDA only
+    compile_mode: str = "default"  # one of throughput.COMPILE_MODES
     tf32: bool = True  # on CUDA
     grad_compression: str = "none"  # a key of throughput.GRAD_COMPRESSION
     batch_seconds: float = 0.0  # each training micro-batch also waits this long (a pace; no figure changes)

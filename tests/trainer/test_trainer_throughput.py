@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer import flops, optimizer, train
+from trainer import flops, optimizer, throughput, train
 from trainer.tasks import smoke
 from trainer.tasks.lm.model import GPT, GPTConfig
 from trainer.loop import Trainer
@@ -136,6 +136,31 @@ def test_compile_is_on_for_cuda_by_default_and_either_way_on_request():
     assert train.config_of(train.parse_args(["smoke", "--no-compile"])).compile is False
 
 
+def test_the_compile_modes_offered_are_torchs_own():
+    assert list(throughput.COMPILE_MODES) == list(torch._inductor.list_mode_options())
+
+
+def test_a_compile_mode_compiles_the_step_in_that_mode_on_the_cpu_too(world_of_one, tmp_path):
+    tuned = smoke_trainer(world_of_one, tmp_path / "tuned", log_every=4, extra=["--compile-mode", "max-autotune-no-cudagraphs"])
+    plain = smoke_trainer(world_of_one, tmp_path / "plain", log_every=4, extra=["--compile"])
+    assert tuned.cfg.compile and tuned.step.compiled is not tuned.step.ddp, "a mode compiles the step"
+    # what torch.compile was given, as it reports it
+    assert tuned.step.compiled.get_compiler_config()["max_autotune"] is True
+    assert plain.step.compiled.get_compiler_config()["max_autotune"] is False
+    assert train.config_of(train.parse_args(["smoke"])).compile_mode == "default"
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--compile-mode", "fastest"], ("--compile-mode", "fastest", *throughput.COMPILE_MODES)),
+    (["--no-compile", "--compile-mode", "max-autotune"], ("--compile-mode", "max-autotune", "--no-compile")),
+])  # fmt: skip
+def test_an_unknown_compile_mode_or_one_with_no_compile_is_refused_naming_both(capsys, flags, words):
+    with pytest.raises(SystemExit):
+        train.parse_args(["smoke", *flags])
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert all(word in error for word in words), error
+
+
 def test_grad_compression_takes_none_or_bf16(capsys):
     assert train.config_of(train.parse_args(["smoke"])).grad_compression == "none"
     assert train.config_of(train.parse_args(["smoke", "--grad-compression", "bf16"])).grad_compression == "bf16"
@@ -145,9 +170,9 @@ def test_grad_compression_takes_none_or_bf16(capsys):
     assert all(word in error for word in ("--grad-compression", "fp8", "none", "bf16")), error
 
 
-def smoke_trainer(d, tmp_path, log_every: int) -> Trainer:
+def smoke_trainer(d, tmp_path, log_every: int, extra=()) -> Trainer:
     args = train.parse_args(["smoke", "--samples", "512", "--batch", "32", "--features", "8", "--hidden", "16",
-                             "--checkpoint-every", "0", "--log-every", str(log_every), "--device", "cpu"])  # fmt: skip
+                             "--checkpoint-every", "0", "--log-every", str(log_every), "--device", "cpu", *extra])  # fmt: skip
     torch.manual_seed(args.seed)
     return Trainer(smoke.make_task(args), d, train.config_of(args), RunDir(tmp_path / "run"), StopRequest(), "run")
 
