@@ -21,7 +21,8 @@ With --e2e it first runs the trainer as a user would (`python -m trainer.train s
 With --ablate it adds rows that price the differences: the trainer with --no-compile, the trainer with
 its loss outside the compiled graph (its step before the two were compiled as one), the compiled
 reference wrapped in DDP (the trainer always is, in a world of one too), and the eager reference with
-a host sync per step. With --compile-modes it adds the trainer compiled in each mode.
+a host sync per step. With --compile-modes it adds the trainer with each --compile-mode. A case that
+fails at its first steps is reported by name, and the others are timed.
 Without CUDA it prints why and exits 0.
 
 Usage: python bench/bench_gpu.py [--e2e] [--ablate] [--compile-modes MODE...] [--batch 16] [--json PATH]
@@ -367,6 +368,30 @@ def fp16_scaler_check(d, stop, tmp: Path) -> dict:
     return result
 
 
+def warm_up(cases: list[Case], steps: int, synchronize) -> dict[str, str]:
+    """Each case's first `steps` steps (compilation, cuDNN/cuBLAS handles, the allocator, NCCL), its first
+    one timed. A case that fails there (a compile mode this card or this torch cannot run) leaves `cases`
+    and its error is returned under its name: one lever that fails costs the run its own row only."""
+    failed = {}
+    for case in list(cases):
+        try:
+            synchronize()
+            started = time.perf_counter()
+            case.step()
+            synchronize()
+            case.first_step_s = time.perf_counter() - started
+            for _ in range(steps - 1):
+                case.step()
+            synchronize()
+        except Exception as error:
+            cases.remove(case)
+            failed[case.name] = f"{type(error).__name__}: {error}"[:2000]
+            print(f"[FAILED] {case.name}: {failed[case.name]}", flush=True)
+            continue
+        print(f"[WARM] {case.name}: first step {case.first_step_s:.1f}s", flush=True)
+    return failed
+
+
 def timed_window(case, steps: int) -> float:
     import torch
 
@@ -385,7 +410,6 @@ def timed_window(case, steps: int) -> float:
 def benchmark(options) -> dict:
     import torch
 
-    sys.path.insert(0, str(REPO))
     from trainer import distributed, flops
     from trainer.stop import StopRequest
 
@@ -434,25 +458,15 @@ def benchmark(options) -> dict:
             cases.append(refs_ddp[0])  # compiled: what DDP alone costs the reference
             keep.append(ddp_keep)
         for mode in options.compile_modes:  # the trainer's step under another of torch.compile's modes
-            case, trainer, _ = trainer_case(f"trainer, compile mode {mode}", options.vocab, options.batch, d, stop, tmp,
-                                            ["--no-compile"])  # fmt: skip
-            trainer.step.compiled = torch.compile(trainer.step.ddp, mode=mode)
+            case, trainer, _ = trainer_case(f"trainer --compile-mode {mode}", options.vocab, options.batch, d, stop, tmp,
+                                            ["--compile-mode", mode])  # fmt: skip
             cases.append(case)
             keep.append(trainer)
         if not options.skip_small_vocab:
             case, trainer, _ = trainer_case("trainer lm V=257 (flags)", None, options.batch, d, stop, tmp)
             cases.append(case)
             keep.append(trainer)
-        for case in cases:  # warm-up: compilation, cuDNN/cuBLAS handles, allocator, NCCL
-            torch.cuda.synchronize()
-            started = time.perf_counter()
-            case.step()
-            torch.cuda.synchronize()
-            case.first_step_s = time.perf_counter() - started
-            for _ in range(options.warmup - 1):
-                case.step()
-            torch.cuda.synchronize()
-            print(f"[WARM] {case.name}: first step {case.first_step_s:.1f}s", flush=True)
+        results["failed"] = warm_up(cases, options.warmup, torch.cuda.synchronize)
         for window in range(options.windows):  # interleaved, so drift hits every case alike
             for case in cases:
                     case.window_ms.append(timed_window(case, options.steps))
@@ -498,6 +512,7 @@ def report_rows(results: dict) -> list[tuple[str, str]]:
             (f"{case}: peak memory", f"{r['peak_mem_gib']:.1f} GiB"),
             (f"{case}: final loss", "n/a" if r["final_loss"] is None else f"{r['final_loss']:.3f}"),
         ]  # fmt: skip
+    rows += [(f"{case}: failed", error.splitlines()[0][:160]) for case, error in results.get("failed", {}).items()]
     by = {r["case"]: r for r in results["rows"]}
     trainer = by.get(TRAINER)
     for ref_name in ("reference (compile)", "reference (eager)"):
@@ -528,6 +543,9 @@ def _tflops(flops_per_s: float | None) -> str:
 
 
 def main() -> int:
+    sys.path.insert(0, str(REPO))
+    from trainer.throughput import COMPILE_MODES
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=16, help="micro-batch (sequences of 1024) for every case")
     parser.add_argument("--vocab", type=int, default=50257, help="GPT-2's; the model pads it to a multiple of 64 (50304)")
@@ -539,8 +557,8 @@ def main() -> int:
     parser.add_argument("--skip-fp16", action="store_true", help="leave out the forced fp16 + GradScaler check")
     parser.add_argument("--ablate", action="store_true",
                         help="add rows: trainer uncompiled, trainer with its loss outside the graph; reference + DDP, + sync")
-    parser.add_argument("--compile-modes", nargs="*", default=[], metavar="MODE",
-                        help="add a trainer row compiled in each of these torch.compile modes (max-autotune-no-cudagraphs: "
+    parser.add_argument("--compile-modes", nargs="*", default=[], metavar="MODE", choices=COMPILE_MODES,
+                        help="add a trainer row with each of these --compile-mode values (max-autotune-no-cudagraphs: "
                              "minutes of autotuning before its first step)")  # fmt: skip
     parser.add_argument("--e2e", action="store_true", help="first run the trainer's CLI end to end on the GPU")
     parser.add_argument("--e2e-log", type=Path, default=Path("bench-gpu-e2e.log"))

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Everything a lent GPU measures, in one run of bounded steps, each step's output kept in OUT_DIR:
 # NCCL's flight recorder dump, the step's profile against the reference loop's, the throughput
-# ratio, MFU and peak memory with each difference priced on its own (--ablate), the steps that run
-# while an async checkpoint is written (about 6 minutes on an H200), then the trainer's step in
-# another compile mode (up to 7 more: its autotuning), which runs only when named.
+# ratio, MFU and peak memory with each difference priced on its own (--ablate) and the trainer's
+# step in CUDA graphs (--compile-mode reduce-overhead), the steps that run while an async checkpoint
+# is written (about 6 minutes on an H200). Named only: the trainer's step autotuned (up to 7 more
+# minutes), and trainer and reference at twice the micro-batch (about 2).
 # Usage: bench/gpu_checks.sh OUT_DIR [STEP...]   (default: flight-recorder profile bench-gpu checkpoint;
-# compile-modes on request. PYTHON: the interpreter with torch and CUDA, python3 by default)
+# compile-modes and batch-32 on request. PYTHON: the interpreter with torch and CUDA, python3 by default)
 set -u
 out=${1:?usage: bench/gpu_checks.sh OUT_DIR [STEP...]}
 shift
@@ -29,8 +30,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
 step flight-recorder 120 "$py" -m pytest -p no:cacheprovider -n 0 tests/trainer/test_trainer_flight_recorder.py
 step profile 200 "$py" bench/profile_step.py --json "$out/profile.json"
-step bench-gpu 300 "$py" bench/bench_gpu.py --ablate --skip-fp16 --skip-small-vocab --json "$out/bench_gpu.json"
+step bench-gpu 300 "$py" bench/bench_gpu.py --ablate --compile-modes reduce-overhead --skip-fp16 --skip-small-vocab \
+    --json "$out/bench_gpu.json"
 step checkpoint 150 "$py" bench/bench_gpu_checkpoint.py --json "$out/checkpoint.json"
+# both loops at twice the micro-batch: how MFU moves with it
+step batch-32 180 "$py" bench/bench_gpu.py --batch 32 --skip-fp16 --skip-small-vocab --json "$out/batch_32.json"
 # last, as its autotuning takes minutes: what another compile mode gives the trainer's step
 step compile-modes 420 "$py" bench/bench_gpu.py --skip-fp16 --skip-small-vocab \
     --compile-modes max-autotune-no-cudagraphs --json "$out/compile_modes.json"

@@ -18,7 +18,7 @@ from trainer import profiling
 from trainer.stop import StopRequest
 
 sys.path.insert(0, str(REPO / "bench"))
-from bench_gpu import SMALL, loss_outside_the_graph, reference_cases, trainer_case  # noqa: E402
+from bench_gpu import SMALL, Case, loss_outside_the_graph, reference_cases, report_rows, trainer_case, warm_up  # noqa: E402
 from profile_step import step_profile  # noqa: E402
 
 
@@ -120,3 +120,33 @@ def test_bench_gpus_reference_in_ddp_trains_through_the_wrapper_it_compiles(worl
         losses.append(compiled.finish())
     assert any("cross_entropy" in functions for functions in compiled_graphs), compiled_graphs
     assert losses[-1] < losses[0], losses
+
+
+def test_bench_gpus_compile_mode_row_trains_through_the_flag_and_a_case_that_fails_costs_only_its_row(world_of_one, tmp_path):
+    """A lever that this card or torch cannot run (bench_gpu.py --compile-modes) is reported by name,
+    and the other cases go on to be timed."""
+    tuned, trainer, _ = trainer_case("lite", 512, 4, world_of_one, StopRequest(), tmp_path, ["--compile-mode", "lite"], SMALL)
+    assert trainer.step.compiled.get_compiler_config()["use_post_grad_passes"] is False, "the lite mode, as torch reports it"
+
+    def fails():
+        raise RuntimeError("CUDA graphs: not on this card\nmore")
+
+    broken = Case("broken", fails, 4 * SMALL["seq_len"], tuned.model)
+    cases = [broken, tuned]
+    failed = warm_up(cases, 2, lambda: None)
+    assert cases == [tuned] and tuned.first_step_s > 0
+    assert failed == {"broken": "RuntimeError: CUDA graphs: not on this card\nmore"}
+    assert ("broken: failed", "RuntimeError: CUDA graphs: not on this card") in report_rows({"rows": [], "failed": failed})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the script measures, for minutes")
+def test_gpu_checks_gives_bench_gpu_flags_it_takes(tmp_path):
+    """bench/gpu_checks.sh's bench_gpu steps, on a machine without a GPU: each parses its flags and
+    says it has nothing to measure, so a wrong flag is found here and not on a lent card."""
+    steps = ("bench-gpu", "batch-32", "compile-modes")
+    done = subprocess.run(["bash", "bench/gpu_checks.sh", str(tmp_path), *steps], env=clean_env(PYTHON=PYTHON), cwd=REPO,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for step in steps:
+        assert f"=== {step}: exit 0" in done.stdout, done.stdout
+        assert (tmp_path / f"{step}.log").read_text().strip() == "bench_gpu: no CUDA device here; nothing to measure"
