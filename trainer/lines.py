@@ -317,3 +317,29 @@ class NoCheckpoint:
 
     def text(self) -> str:
         return f"{self.PREFIX} in {self.directory}: starting from scratch"
+
+
+# --- [COMPILE]: a training process's first compiled step, by rank 0 -----------------------------------
+@dataclass(frozen=True)
+class Compiled:
+    PREFIX: ClassVar[str] = "[COMPILE] "
+    _READ: ClassVar[re.Pattern] = re.compile(r"\[COMPILE\] first step (\S+)s: (\d+) of (\d+) graphs loaded from the compile cache in (.+)$")
+
+    seconds: float  # the first step on the host: compiling, or loading from the cache, and launching
+    loaded: int  # the graphs (each with its backward) loaded from the cache
+    graphs: int  # all the graphs the first step made ready
+    cache: str  # the cache's directory
+
+    def __post_init__(self) -> None:
+        _round_fields(self, {"seconds": ".2f"})
+
+    def text(self) -> str:
+        return f"{self.PREFIX}first step {self.seconds:.2f}s: {self.loaded} of {self.graphs} graphs loaded from the compile cache in {self.cache}"
+
+    @classmethod
+    def parse(cls, row: str) -> Optional[Compiled]:
+        match = cls._READ.match(row)
+        if not match:
+            return None
+        seconds, loaded, graphs, cache = match.groups()
+        return cls(float(seconds), int(loaded), int(graphs), cache)

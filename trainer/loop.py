@@ -181,6 +181,8 @@ class Trainer:
             lr = cfg.lr * p.lr_factor(self.sampler.world_step, cfg.epochs, cfg.min_lr_ratio)
             self.step.set_lr(lr)
             self.step(batches, window)
+            if compiled := self.step.first_compiled_step():
+                self.log(compiled.text())
             p.step_done(self.sampler.world_step)
             if self.sample_record:
                 with part(profiling.SAMPLE_RECORD):

@@ -17,6 +17,7 @@ METRICS = "metrics.jsonl"
 TRAIN_STEPS = "train-steps.jsonl"
 CHECKPOINTS = "checkpoints"
 HANGS = "hangs"
+COMPILE_CACHE = "compile-cache"  # torch.compile's, shared by every pod of the run (trainer/compile_cache.py)
 
 
 class RunDir:
@@ -30,6 +31,10 @@ class RunDir:
     @property
     def hangs(self) -> Path:
         return self.root / HANGS
+
+    @property
+    def compile_cache(self) -> Path:
+        return self.root / COMPILE_CACHE
 
     @property
     def metrics(self) -> Path:

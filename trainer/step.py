@@ -7,13 +7,15 @@ added up in a StepWindow that the loop reads only at its next sync.
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
 import torch
 
-from trainer import profiling, throughput
+from trainer import compile_cache, profiling, throughput
+from trainer.lines import Compiled
 from trainer.optimizer import make_adamw
 from trainer.profiling import part
 from trainer.sample_record import SampleRecord
@@ -34,6 +36,8 @@ class OptimizerStep:
         self.optimizer = make_adamw(model, cfg.lr, cfg.weight_decay, cfg.betas, device)
         self.amp_dtype = amp_dtype(device) if cfg.amp else None
         self.scaler = torch.amp.GradScaler(device.type, enabled=self.amp_dtype == torch.float16)
+        self._first_step: float | None = None  # when this process's first step started, until it is said
+        self._said_compiled = self.compiled is self.ddp  # nothing to say of a step that is not compiled
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -43,6 +47,8 @@ class OptimizerStep:
         """One optimizer step over grad_accum micro-batches; gradients are all-reduced once, on the last.
         Its losses are added to `window`, on the device."""
         accum = self.grad_accum
+        if not self._said_compiled and self._first_step is None:
+            self._first_step = time.perf_counter()
         for micro in range(accum):
             with part(profiling.DATA):
                 batch = next(batches)
@@ -70,6 +76,16 @@ class OptimizerStep:
         with part(profiling.ZERO_GRAD):
             self.optimizer.zero_grad(set_to_none=True)
         window.steps += 1
+
+    def first_compiled_step(self) -> Compiled | None:
+        """Once, after the first step of a compiled step: how long it took on the host, and how many of its
+        graphs were loaded from the compile cache (trainer/compile_cache.py) instead of compiled."""
+        if self._said_compiled or self._first_step is None:
+            return None
+        self._said_compiled = True
+        loaded, graphs = compile_cache.graphs_from_the_cache()
+        where = os.environ.get(compile_cache.CACHE_DIR_ENV, "torch's default")
+        return Compiled(time.perf_counter() - self._first_step, loaded, graphs, where)
 
     def autocast(self):
         if self.amp_dtype is None:

@@ -19,7 +19,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from trainer import contract as c
-from trainer import console, distributed, tracking
+from trainer import compile_cache, console, distributed, tracking
 from trainer.arguments import seconds
 from trainer.tasks.lm import task as lm_task
 from trainer.tasks import smoke
@@ -137,6 +137,7 @@ def config_of(args: argparse.Namespace) -> TrainConfig:
 def train(args: argparse.Namespace, d: distributed.Dist, stop: StopRequest) -> None:
     task = make_task(args, d)
     run = RunDir(args.out_dir / args.run_name)
+    compile_cache.keep_in(run.compile_cache)  # before anything compiles
     trainer = Trainer(task, d, config_of(args), run, stop, args.run_name, sample_record=args.sample_record)
     trainer.resume()
     trackers = (tracking.open_trackers(run.root, args.run_name, vars(args), trainer.progress.global_step, stop)

@@ -9,7 +9,7 @@ import pytest
 
 from trainer.checkpoint.record import CheckpointReason
 from trainer.lines import (
-    CheckpointNotSaved, CheckpointSaved, DoneLine, EpochLine, NoCheckpoint, Resized, Resumed, Straggler, TrainLine,
+    CheckpointNotSaved, CheckpointSaved, Compiled, DoneLine, EpochLine, NoCheckpoint, Resized, Resumed, Straggler, TrainLine,
 )  # fmt: skip
 from trainer.tracking import Trackers
 
@@ -31,8 +31,10 @@ RESUMED = Resumed("ckpt-00000012", "epoch 1 step 12/16 sample 768/1024", 12, Che
 RESUMED_TEXT = "[CKPT] resumed from ckpt-00000012: epoch 1 step 12/16 sample 768/1024, global step 12 (sigterm checkpoint)"
 RESIZED = Resumed("ckpt-00000012", "epoch 1 step 12/16 sample 768/1024", 12, CheckpointReason.SIGTERM, Resized(3, 2, 768, 512))
 RESIZED_TEXT = RESUMED_TEXT + ", world of 3 (was 2): global batch 768 (was 512), the schedule goes on in samples"
+COMPILED = Compiled(1.2649, 3, 4, "/out/run/compile-cache")
+COMPILED_TEXT = "[COMPILE] first step 1.26s: 3 of 4 graphs loaded from the compile cache in /out/run/compile-cache"
 KINDS = [(TRAIN, TRAIN_TEXT), (EPOCH, EPOCH_TEXT), (DONE, DONE_TEXT), (SAVED, SAVED_TEXT), (RESUMED, RESUMED_TEXT),
-         (RESIZED, RESIZED_TEXT)]  # fmt: skip
+         (RESIZED, RESIZED_TEXT), (COMPILED, COMPILED_TEXT)]  # fmt: skip
 NO_ROOM = ("rank 0: OSError: [Errno 28] No space left on device", "/out/run/checkpoints had 1.0 MiB free of 100.0 MiB")
 
 

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from trainer import flops, optimizer, throughput, train
+from trainer import compile_cache, flops, optimizer, throughput, train
 from trainer.tasks import smoke
 from trainer.tasks.lm.model import GPT, GPTConfig
 from trainer.loop import Trainer
@@ -148,6 +148,19 @@ def test_a_compile_mode_compiles_the_step_in_that_mode_on_the_cpu_too(world_of_o
     assert tuned.step.compiled.get_compiler_config()["max_autotune"] is True
     assert plain.step.compiled.get_compiler_config()["max_autotune"] is False
     assert train.config_of(train.parse_args(["smoke"])).compile_mode == "default"
+
+
+def test_the_compile_cache_goes_to_the_run_unless_the_user_named_one(tmp_path, monkeypatch):
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+
+    run = tmp_path / "run" / "compile-cache"
+    monkeypatch.delenv(compile_cache.CACHE_DIR_ENV, raising=False)
+    assert compile_cache.keep_in(run) == run and Path(cache_dir()) == run, "where torch then puts it"
+    monkeypatch.setenv(compile_cache.CACHE_DIR_ENV, default_cache_dir())  # as importing torch._dynamo leaves it
+    assert compile_cache.keep_in(run) == run and Path(cache_dir()) == run
+    own = tmp_path / "own"
+    monkeypatch.setenv(compile_cache.CACHE_DIR_ENV, str(own))
+    assert compile_cache.keep_in(run) == own and Path(cache_dir()) == own
 
 
 @pytest.mark.parametrize("flags, words", [
