@@ -24,6 +24,7 @@ bench:
 	$(PY) bench/bench_exit.py
 	$(PY) bench/bench_fork_server.py
 	$(PY) bench/bench_compiled_loss.py
+	$(PY) bench/bench_compile_cache.py
 	$(PY) bench/profile_step.py
 	$(PY) bench/bench_gpu.py
 	$(PY) bench/bench_gpu_checkpoint.py

@@ -3,14 +3,15 @@
 # NCCL's flight recorder dump, the step's profile against the reference loop's, the throughput
 # ratio, MFU and peak memory with each difference priced on its own (--ablate) and the trainer's
 # step in CUDA graphs (--compile-mode reduce-overhead), the steps that run while an async checkpoint
-# is written (about 6 minutes on an H200). Named only: the trainer's step autotuned (up to 7 more
-# minutes), and trainer and reference at twice the micro-batch (about 2).
-# Usage: bench/gpu_checks.sh OUT_DIR [STEP...]   (default: flight-recorder profile bench-gpu checkpoint;
+# is written, the first step of a re-formed world with its graphs loaded from the run's compile cache
+# against compiled, each step within a time limit of its own (below). Named only: the trainer's step
+# autotuned (its limit 7 minutes), and trainer and reference at twice the micro-batch (3).
+# Usage: bench/gpu_checks.sh OUT_DIR [STEP...]   (default: flight-recorder profile bench-gpu checkpoint compile-cache;
 # compile-modes and batch-32 on request. PYTHON: the interpreter with torch and CUDA, python3 by default)
 set -u
 out=${1:?usage: bench/gpu_checks.sh OUT_DIR [STEP...]}
 shift
-steps=" ${*:-flight-recorder profile bench-gpu checkpoint} "
+steps=" ${*:-flight-recorder profile bench-gpu checkpoint compile-cache} "
 py=${PYTHON:-python3}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
@@ -33,6 +34,7 @@ step profile 200 "$py" bench/profile_step.py --json "$out/profile.json"
 step bench-gpu 300 "$py" bench/bench_gpu.py --ablate --compile-modes reduce-overhead --skip-fp16 --skip-small-vocab \
     --json "$out/bench_gpu.json"
 step checkpoint 150 "$py" bench/bench_gpu_checkpoint.py --json "$out/checkpoint.json"
+step compile-cache 200 "$py" bench/bench_compile_cache.py --lm --repeats 1 --json "$out/compile_cache.json"
 # both loops at twice the micro-batch: how MFU moves with it
 step batch-32 180 "$py" bench/bench_gpu.py --batch 32 --skip-fp16 --skip-small-vocab --json "$out/batch_32.json"
 # last, as its autotuning takes minutes: what another compile mode gives the trainer's step
