@@ -3,36 +3,18 @@
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from trainer_testing import PYTHON, REPO, build_context_files, clean_env, done_lines, run_to_end
+from trainer_testing import PYTHON, REPO, build_context_files, clean_env, done_lines, image_env, run_to_end, values_of
 
 from trainer import contract as c
 
 TRAINER = REPO / "trainer"
+
 pytestmark = pytest.mark.timeout(120)
-
-
-def instructions() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined, comments dropped."""
-    text = (TRAINER / "Dockerfile").read_text().replace("\\\n", " ")
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
-    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
-
-
-def values_of(name: str) -> list[str]:
-    return [args for instruction, args in instructions() if instruction == name]
-
-
-def image_env() -> dict[str, str]:
-    env = {}
-    for args in values_of("ENV"):
-        env.update(dict(pair.split("=", 1) for pair in shlex.split(args)))
-    return env
 
 
 @pytest.mark.parametrize("dockerfile", [TRAINER / "Dockerfile", REPO / "examples" / "shapes" / "Dockerfile"], ids=["trainer", "example"])
@@ -83,6 +65,8 @@ def test_dockerfile_holds_to_the_contract():
     # a read-only root: HOME and every cache must be under the writable /tmp
     cache_like = {k: v for k, v in env.items() if k == "HOME" or (k.endswith(("_HOME", "_CACHE_DIR")) and not k.startswith("PIP_"))}
     assert cache_like and all(v.startswith("/tmp") for v in cache_like.values()), cache_like
+    # but torch.compile's: the trainer keeps it with the run (trainer/compile_cache.py), and keeps one the env names
+    assert not {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"} & set(env), env
     useradd = " ".join(values_of("RUN"))
     assert f"--uid {c.IMAGE_UID}" in useradd and f"--gid {c.IMAGE_GID}" in useradd
 
@@ -101,7 +85,7 @@ def test_the_image_layout_runs_the_default_command_without_writing_to_its_code(t
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, target)
     before = sorted(p.relative_to(app) for p in app.rglob("*"))
-    env = clean_env(**{k: v.replace("/tmp", str(tmp_path / "tmp")) for k, v in image_env().items()})
+    env = clean_env(**image_env(tmp_path / "tmp"))
     env["PYTHONPATH"] = ""  # the image finds the package through WORKDIR alone
     command = [PYTHON, "-m", "trainer.train", *c.DEFAULT_TRAIN_ARGS[2:], "--out-dir", str(tmp_path / "out")]
     code, text = run_to_end(command, env, tmp_path / "image.log", timeout=100, cwd=app)

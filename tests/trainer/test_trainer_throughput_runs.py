@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from toolchain.apiserver import free_port
-from trainer_testing import (PYTHON, clean_env, done_lines, entrypoint_command, kill_tree, pod_env, resumed_lines, run_to_end, same_result,
+from trainer_testing import (PYTHON, clean_env, done_lines, entrypoint_command, image_env, kill_tree, pod_env, resumed_lines, run_to_end, same_result,
                              train_lines, uninterrupted_result)
 
 from trainer import lines
@@ -64,14 +64,15 @@ def test_a_compiled_model_ends_near_the_eager_result_and_a_killed_compiled_pod_r
     assert float(compiled["val_loss"]) == pytest.approx(float(eager["val_loss"]), rel=1e-3)
 
     command = entrypoint_command([*checkpointed, "--run-name", "killed", "--compile"])
-    first = spawn(command, clean_env(**pod_env("compiled-0", free_port(), nnodes=1)), "killed-first")
+    # each pod with the image's env, as the image runs it
+    first = spawn(command, clean_env(**image_env(tmp_path / "tmp-first"), **pod_env("compiled-0", free_port(), nnodes=1)), "killed-first")
     first.wait_for(lambda text: "saved ckpt-00000008" in text, 360, "the checkpoint of step 8")
     kill_tree(first.pid)
     first.popen.wait(10)
     assert not done_lines(first.text()), "killed before its end"
     (filled,) = compiled_lines(first.text())
     assert filled.loaded == 0 and filled.graphs == cold.graphs and filled.cache == str(tmp_path / "killed" / COMPILE_CACHE), filled
-    again = clean_env(**pod_env("compiled-0", free_port(), nnodes=1))  # a new pod of the run
+    again = clean_env(**image_env(tmp_path / "tmp-again"), **pod_env("compiled-0", free_port(), nnodes=1))  # a new pod of the run
     code, text = run_to_end(command, again, tmp_path / "killed-again.log", timeout=360)
     assert code == 0, text[-4000:]
     (loaded,) = compiled_lines(text)

@@ -292,3 +292,22 @@ def install_example(source: Path, site: Path) -> Path:
     assert command[:2] == ["pip", "install"] and str(source) in command, install
     subprocess.run([PYTHON, "-m", *command, "--quiet", "--no-index", "--target", str(site)], check=True, timeout=180)
     return site
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the trainer's Dockerfile, continuation lines joined, comments dropped."""
+    text = (REPO / "trainer" / "Dockerfile").read_text().replace("\\\n", " ")
+    rows = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in rows]
+
+
+def values_of(name: str) -> list[str]:
+    return [args for instruction, args in instructions() if instruction == name]
+
+
+def image_env(tmp: Path | None = None) -> dict[str, str]:
+    """The env the trainer's image sets; with `tmp`, that directory standing in for the pod's /tmp."""
+    env = {}
+    for args in values_of("ENV"):
+        env.update(dict(pair.split("=", 1) for pair in shlex.split(args)))
+    return {name: value.replace("/tmp", str(tmp)) for name, value in env.items()} if tmp else env
