@@ -386,7 +386,10 @@ def the_world_across_nodes(cluster, stack, run_args: list[str], **changes: str) 
         raise AssertionError(f"{error}\n{cluster_state(cluster)}") from None
     assert len(set(placed.values())) == world, placed
     if spares:
-        wait_for(lambda: spares_waiting(cluster) >= spares, 180, "the spare waiting in the rendezvous", interval=1)
+        try:
+            wait_for(lambda: spares_waiting(cluster) >= spares, 180, "the spare waiting in the rendezvous", interval=1)
+        except AssertionError as error:  # where the spare's pod stands: pending, pulling, crash-looping
+            raise AssertionError(f"{error}\n{cluster_state(cluster)}") from None
     wait_for_checkpoint_after(cluster, CHECKPOINT_EVERY - 1)
     training, node_of = ranks(cluster), nodes_of_the_world(cluster)
     assert node_of[training[0]] != node_of[training[1]], node_of
