@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from trainer import lines  # noqa: E402
+from trainer.compile_cache import CACHE_DIR_ENV  # noqa: E402
 from trainer.lines import Compiled  # noqa: E402
 
 SMOKE = ["smoke", "--device", "cpu", "--samples", "512", "--batch", "64", "--features", "16", "--hidden", "32"]
@@ -43,7 +44,7 @@ def first_step(task: list[str], out: Path, epochs: int) -> Compiled:
     command = [sys.executable, "-m", "trainer.train", *task, "--compile", "--epochs", str(epochs), "--out-dir", str(out),
                "--run-name", "run", "--checkpoint-every", "0"]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the run's own cache, as in a pod
+    env.pop(CACHE_DIR_ENV, None)  # the run's own cache, as in a pod
     done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
     if done.returncode:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
@@ -63,10 +64,14 @@ def main() -> int:
         if options.lm:
             import torch
 
-            from bench_gpu import GPT2, SMALL
+            from bench_gpu import GPT2, SMALL, write_jsonl
 
+            data = Path(tmp) / "data"
+            data.mkdir()
+            write_jsonl(data / "train.jsonl", 64, 220, 0)  # a few steps of GPT-2-small an epoch
+            write_jsonl(data / "val.jsonl", 4, 220, 1)
             on_a_gpu = torch.cuda.is_available()
-            task = [*lm_task(GPT2 if on_a_gpu else SMALL, 16 if on_a_gpu else 4), "--data-dir", str(write_corpus(Path(tmp) / "data"))]
+            task = [*lm_task(GPT2 if on_a_gpu else SMALL, 16 if on_a_gpu else 4), "--data-dir", str(data)]
             shape = f"lm, {GPT2 if on_a_gpu else SMALL}, {torch.cuda.get_device_name(0) if on_a_gpu else 'CPU'}, torch {torch.__version__}"
         for round_ in range(options.repeats):
             out = Path(tmp) / f"round-{round_}"
@@ -82,19 +87,6 @@ def main() -> int:
     if options.json:
         options.json.write_text(json.dumps({"rounds": rounds, "compiled_s": compiled, "loaded_s": loaded}, indent=1))
     return 0
-
-
-def write_corpus(directory: Path) -> Path:
-    """train.jsonl and val.jsonl of letters, enough for one epoch of a few steps of GPT-2-small."""
-    import random
-
-    rng = random.Random(0)
-    directory.mkdir(parents=True)
-    for name, count in (("train.jsonl", 64), ("val.jsonl", 4)):
-        with open(directory / name, "w") as f:
-            for _ in range(count):
-                f.write(json.dumps({"text": "".join(rng.choice("abcdefghij klmnop") for _ in range(1100))}) + "\n")
-    return directory
 
 
 if __name__ == "__main__":

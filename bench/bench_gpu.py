@@ -56,7 +56,8 @@ LOSS_OUTSIDE = "trainer, loss outside the compiled graph"
 
 
 # --- end to end: the trainer as a user runs it -----------------------------------------------------
-def _write_jsonl(path: Path, documents: int, words: int, seed: int) -> None:
+def write_jsonl(path: Path, documents: int, words: int, seed: int) -> None:
+    """A corpus the lm task reads: `documents` lines of `words` words each."""
     rng = random.Random(seed)
     vocabulary = ["the", "model", "trains", "on", "text", "and", "tokens", "gpu", "loss", "falls", "step", "a"]
     with open(path, "w", encoding="utf-8") as file:
@@ -94,8 +95,8 @@ def end_to_end(log_path: Path) -> list[dict]:
         work = Path(tmp)
         data = work / "data"
         data.mkdir()
-        _write_jsonl(data / "train.jsonl", 600, 60, 1)  # ~220 KB: ~1700 blocks of 129 bytes
-        _write_jsonl(data / "val.jsonl", 60, 60, 2)
+        write_jsonl(data / "train.jsonl", 600, 60, 1)  # ~220 KB: ~1700 blocks of 129 bytes
+        write_jsonl(data / "val.jsonl", 60, 60, 2)
         out = ["--out-dir", str(work / "out")]
         lm = ["lm", "--data-dir", str(data), *out, "--batch", "32", "--seq-len", "128", "--log-every", "10"]
         runs = [
